@@ -1,0 +1,138 @@
+package ingest
+
+import (
+	"context"
+	"time"
+)
+
+// The interfaces below are what the pipeline needs from the adapters. They
+// live here, with their consumer; queue, lease, pacing and sink implement
+// them and never import each other.
+
+// Source yields records from the queue and takes back the ones that are
+// finished. Implementations commit, per queue partition, only offsets below
+// which every record is Done, so a crash redelivers instead of losing.
+type Source interface {
+	// Fetch blocks until the next record is available or ctx is done, and
+	// returns it with Pos, Key and Value set (ID and Cost are set by the
+	// pipeline). It returns ctx's error once ctx is done.
+	Fetch(ctx context.Context) (Record, error)
+	// Done marks a fetched record as finished: delivered, a duplicate at the
+	// sink, or dead-lettered. Safe for concurrent use, in any order.
+	Done(rec Record)
+}
+
+// DeadLetters takes records that can never be written (invalid, too large, or
+// refused by the sink with a permanent error), with the reason.
+type DeadLetters interface {
+	// DeadLetter durably stores rec with reason before returning nil; the
+	// pipeline marks the record Done only after that.
+	DeadLetter(ctx context.Context, rec Record, reason string) error
+}
+
+// Sink writes batches of records to the throttled target.
+type Sink interface {
+	// Write makes one attempt to write batch and returns one Result per
+	// record, in batch order. A non-nil error means the attempt failed as a
+	// whole (transport error, timeout); every record of it may be retried.
+	Write(ctx context.Context, batch []Record) ([]Result, error)
+}
+
+// RetryPolicy decides whether and when a failed attempt is tried again.
+type RetryPolicy interface {
+	// Backoff returns the wait before attempt number attempt+1, given that
+	// attempt (1-based) just failed with a retryable result whose
+	// server-suggested wait is retryAfter (0 when none). ok is false when no
+	// attempts are left.
+	Backoff(attempt int, retryAfter time.Duration) (wait time.Duration, ok bool)
+}
+
+// Pacer releases capacity in slices (200 ms by default).
+type Pacer interface {
+	// Next blocks until the next slice starts and returns its budget in
+	// units (≥ 0). want is the cost of the record waiting at the head of the
+	// line (0 when none): a pacer may return a budget ≥ want for a record
+	// costing more than one slice, charging the excess as debt against the
+	// following slices. It returns ctx's error once ctx is done.
+	Next(ctx context.Context, want int64) (budget int64, err error)
+	// Spend records the units actually sent in the slice Next opened
+	// (normally ≤ its budget; the pacer carries any excess as debt).
+	Spend(units int64)
+}
+
+// Capacity is the worker's view of its leased share of the pool.
+type Capacity interface {
+	// Rate returns the rate, in units/s, that the worker may use at now:
+	// the sum of its provably valid leases.
+	Rate(now time.Time) float64
+	// SetDemand announces how many units/s the worker could use: +Inf
+	// while it has a backlog it cannot drain at its current rate, the
+	// observed arrival rate otherwise, 0 when idle.
+	SetDemand(unitsPerSecond float64)
+}
+
+// Outcome is the fate of one record in one write attempt.
+type Outcome int
+
+const (
+	// Delivered: the sink stored the record.
+	Delivered Outcome = iota
+	// Duplicate: the sink already had a record with this ID; it counts as
+	// delivered.
+	Duplicate
+	// Retryable: the attempt failed for a reason that may pass (throttled,
+	// timeout, 5xx); the record is written again after a backoff.
+	Retryable
+	// Permanent: the sink refused the record for good (invalid, 4xx); it
+	// goes to the dead-letter topic.
+	Permanent
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Delivered:
+		return "delivered"
+	case Duplicate:
+		return "duplicate"
+	case Retryable:
+		return "retryable"
+	case Permanent:
+		return "permanent"
+	}
+	return "unknown"
+}
+
+// Result is the sink's answer for one record of a batch.
+type Result struct {
+	Outcome Outcome
+	// Throttled is set on Retryable results caused by the sink's rate
+	// limit (HTTP 429), as opposed to other transient failures.
+	Throttled bool
+	// RetryAfter is the wait the sink asked for (Retry-After), 0 if none.
+	RetryAfter time.Duration
+	// Reason explains a Retryable or Permanent outcome, e.g. "HTTP 400:
+	// field mag is not a number". It becomes the dead-letter reason.
+	Reason string
+}
+
+// SinkStats is what a sink that keeps statistics (the sink emulator) reports
+// about everything it received. Units are the pool's unit.
+type SinkStats struct {
+	Requests       int64 `json:"requests"`        // write requests received
+	Records        int64 `json:"records"`         // record attempts received
+	Accepted       int64 `json:"accepted"`        // records stored for the first time
+	Duplicates     int64 `json:"duplicates"`      // records whose ID was already stored
+	Throttled      int64 `json:"throttled"`       // record attempts answered 429
+	Rejected       int64 `json:"rejected"`        // record attempts refused for good (4xx)
+	Failed         int64 `json:"failed"`          // record attempts failed by injected errors (5xx)
+	UnitsAccepted  int64 `json:"units_accepted"`  // units of accepted records
+	MaxUnits1s     int64 `json:"max_units_1s"`    // most units accepted in any sliding 1 s window
+	MaxUnits200ms  int64 `json:"max_units_200ms"` // most units accepted in any sliding 200 ms window
+	CapacityPerSec int64 `json:"capacity_units_per_s"`
+}
+
+// StatsSink is a Sink that can report SinkStats.
+type StatsSink interface {
+	Sink
+	Stats(ctx context.Context) (SinkStats, error)
+}
