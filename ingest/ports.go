@@ -65,6 +65,14 @@ type Capacity interface {
 	// Rate returns the rate, in units/s, that the worker may use at now:
 	// the sum of its provably valid leases.
 	Rate(now time.Time) float64
+	// Credit returns the integral of Rate over [from, to), in units: what
+	// the worker's leases entitled it to send in that interval. A lease
+	// counts from the moment it is taken until the moment it stops
+	// counting (released, failed to renew, or within the safety margin of
+	// its expiry), exactly, so a pacer that never sends more than its
+	// Credit over any window cannot overlap with a peer taking the same
+	// partition afterwards.
+	Credit(from, to time.Time) float64
 	// SetDemand announces how many units/s the worker could use: +Inf
 	// while it has a backlog it cannot drain at its current rate, the
 	// observed arrival rate otherwise, 0 when idle.
