@@ -1,0 +1,233 @@
+package ingest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Producer appends records to a topic durably (acknowledged by all in-sync
+// replicas) before returning nil.
+type Producer interface {
+	Produce(ctx context.Context, topic string, recs []Record) error
+}
+
+// Offsets reads a topic's end offsets and a consumer group's committed
+// offsets, per partition ("next offset to read" semantics).
+type Offsets interface {
+	EndOffsets(ctx context.Context, topic string) (map[int]int64, error)
+	CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error)
+}
+
+// BulkLoadConfig configures a BulkLoad.
+type BulkLoadConfig struct {
+	// Topic receives the file's records; Group is the consumer group the
+	// workers drain it with. Both required.
+	Topic, Group string
+	// Capacity is the pool's capacity in units/s; Unit its unit. Used for
+	// the ideal time, utilization and the ETA. Required.
+	Capacity float64
+	Unit     Unit
+	// Chunk is the number of records per produce call. Default 500.
+	Chunk int
+	// Poll is how often progress and the group's offsets are checked.
+	// Default 200 ms.
+	Poll time.Duration
+	// Logger receives progress lines. Default: slog.Default().
+	Logger *slog.Logger
+	// Bar, when set, shows a progress bar there (a terminal) instead of
+	// periodic log lines.
+	Bar io.Writer
+}
+
+// BulkLoadPorts are what a BulkLoad drives.
+type BulkLoadPorts struct {
+	File        *FileReader
+	Producer    Producer
+	DeadLetters DeadLetters // receives malformed rows
+	Offsets     Offsets
+	// Workers drain the topic (each a full worker stack in the group).
+	Workers []Runner
+	// Counters are the workers' shared totals.
+	Counters *Counters
+	// Rate is the workers' combined leased rate in units/s, for the ETA.
+	Rate func(now time.Time) float64
+	// Sink, when it keeps statistics, completes the summary.
+	Sink StatsSink
+}
+
+// BulkLoad loads a file through the queue into the sink: it starts the
+// workers, produces every record, and finishes when the group's committed
+// offsets reach the offsets it produced (so workers of other processes in the
+// same group help, and nothing is reported done before it is committed).
+type BulkLoad struct {
+	cfg BulkLoadConfig
+	p   BulkLoadPorts
+}
+
+// NewBulkLoad checks cfg and returns a BulkLoad.
+func NewBulkLoad(cfg BulkLoadConfig, p BulkLoadPorts) (*BulkLoad, error) {
+	switch {
+	case cfg.Topic == "" || cfg.Group == "":
+		return nil, errors.New("ingest: bulk load needs a topic and a group")
+	case cfg.Capacity <= 0:
+		return nil, fmt.Errorf("ingest: bulk load capacity must be > 0, got %v", cfg.Capacity)
+	case p.File == nil || p.Producer == nil || p.DeadLetters == nil || p.Offsets == nil || len(p.Workers) == 0 || p.Counters == nil:
+		return nil, errors.New("ingest: bulk load needs a file, producer, dead letters, offsets, counters and at least one worker")
+	}
+	cfg.Chunk = cmp.Or(cfg.Chunk, 500)
+	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
+	cfg.Unit = cmp.Or(cfg.Unit, UnitRecords)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if p.Rate == nil {
+		p.Rate = func(time.Time) float64 { return 0 }
+	}
+	return &BulkLoad{cfg: cfg, p: p}, nil
+}
+
+// Run loads the file and returns the summary. It returns ctx's cause if ctx
+// ends first (the summary then covers what was done).
+func (b *BulkLoad) Run(ctx context.Context) (Summary, error) {
+	workCtx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	g, gctx := errgroup.WithContext(workCtx)
+	for _, w := range b.p.Workers {
+		g.Go(func() error { return w.Run(gctx) })
+	}
+
+	total, badRows, err := b.produce(ctx)
+	if err == nil {
+		err = b.await(ctx, total-badRows, badRows)
+	}
+	stopWorkers()
+	if werr := g.Wait(); err == nil {
+		err = werr
+	}
+	return b.summary(ctx, total, badRows), err
+}
+
+// produce sends every record of the file to the topic and every malformed
+// row to the dead-letter topic. It returns the rows read and the bad ones.
+func (b *BulkLoad) produce(ctx context.Context) (total, bad int64, err error) {
+	chunk := make([]Record, 0, b.cfg.Chunk)
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		if err := b.p.Producer.Produce(ctx, b.cfg.Topic, chunk); err != nil {
+			return fmt.Errorf("produce to %q: %w", b.cfg.Topic, err)
+		}
+		chunk = chunk[:0]
+		return nil
+	}
+	for {
+		rec, err := b.p.File.Next()
+		if err == io.EOF {
+			break
+		}
+		total++
+		var rowErr *RowError
+		if errors.As(err, &rowErr) {
+			bad++
+			b.cfg.Logger.Warn("malformed row dead-lettered", "file", rowErr.Path, "line", rowErr.Line, "err", rowErr.Err)
+			dead := Record{ID: ContentID(rowErr.Raw), Value: rowErr.Raw, Pos: Position{Topic: b.cfg.Topic, Offset: -1}}
+			if err := b.p.DeadLetters.DeadLetter(ctx, dead, rowErr.Error()); err != nil {
+				return total, bad, fmt.Errorf("dead-letter %s: %w", rowErr.Error(), err)
+			}
+			continue
+		}
+		if err != nil {
+			return total, bad, err
+		}
+		chunk = append(chunk, rec)
+		if len(chunk) == cap(chunk) {
+			if err := flush(); err != nil {
+				return total, bad, err
+			}
+		}
+	}
+	return total, bad, flush()
+}
+
+// await waits until the group has committed every offset produced so far,
+// reporting progress.
+func (b *BulkLoad) await(ctx context.Context, records, badRows int64) error {
+	target, err := b.p.Offsets.EndOffsets(ctx, b.cfg.Topic)
+	if err != nil {
+		return fmt.Errorf("read end offsets of %q: %w", b.cfg.Topic, err)
+	}
+	progress := newProgress(b.cfg, records)
+	defer progress.close()
+	tick := time.NewTicker(b.cfg.Poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-tick.C:
+		}
+		t := b.p.Counters.Totals()
+		progress.update(t, b.p.Rate(time.Now()))
+		committed, err := b.p.Offsets.CommittedOffsets(ctx, b.cfg.Group, b.cfg.Topic)
+		if err != nil {
+			b.cfg.Logger.Warn("reading committed offsets failed", "group", b.cfg.Group, "err", err)
+			continue
+		}
+		if reached(committed, target) {
+			progress.update(b.p.Counters.Totals(), 0)
+			return nil
+		}
+	}
+}
+
+// reached reports whether every partition's committed offset is at or past
+// its target.
+func reached(committed, target map[int]int64) bool {
+	for p, end := range target {
+		if end > 0 && committed[p] < end {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *BulkLoad) summary(ctx context.Context, total, badRows int64) Summary {
+	t := b.p.Counters.Totals()
+	s := Summary{
+		RecordsTotal:        total,
+		RecordsDelivered:    t.Delivered,
+		RecordsDeadLettered: t.DeadLettered + badRows,
+		SinkRequests:        t.Requests,
+		SinkRecordAttempts:  t.Attempts,
+		SinkThrottled:       t.Throttled,
+		Unit:                string(b.cfg.Unit),
+		CapacityUnitsPerS:   b.cfg.Capacity,
+		CostTotal:           t.UnitsDelivered,
+		ElapsedS:            t.Elapsed().Seconds(),
+	}
+	if b.p.Sink != nil {
+		statsCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if st, err := b.p.Sink.Stats(statsCtx); err != nil {
+			b.cfg.Logger.Warn("reading sink statistics failed", "err", err)
+		} else {
+			s.DuplicatesAtSink = st.Duplicates
+			s.MaxUnits1sWindow = st.MaxUnits1s
+			s.MaxUnits200msWindow = st.MaxUnits200ms
+			s.SinkStats = &st
+		}
+	}
+	s.IdealS = float64(s.CostTotal) / s.CapacityUnitsPerS
+	if s.ElapsedS > 0 {
+		s.Utilization = s.IdealS / s.ElapsedS
+	}
+	return s
+}

@@ -1,0 +1,157 @@
+package ingest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// RowError is a malformed row of an input file. The row goes to the
+// dead-letter topic with Error() as the reason; the rows around it load.
+type RowError struct {
+	Path string
+	Line int    // 1-based line where the row starts
+	Raw  []byte // the row as it appears in the file
+	Err  error
+}
+
+func (e *RowError) Error() string { return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err) }
+func (e *RowError) Unwrap() error { return e.Err }
+
+// FileReader reads records from a CSV file (header row first; quoting and
+// UTF-8 per RFC 4180) or an NDJSON file (one JSON object per line). Each CSV
+// row becomes a JSON object keyed by the header, with string values and
+// null for empty fields.
+type FileReader struct {
+	path    string
+	idField string
+	data    []byte
+	csv     *csv.Reader
+	header  []string
+	lines   *bufio.Scanner
+	line    int
+}
+
+// OpenFile reads path whole and prepares to parse it. format is "csv",
+// "ndjson" or "" (from the extension: .csv, .ndjson/.jsonl). idField names
+// the ID column or field (see RecordID). Errors name the file.
+func OpenFile(path, format, idField string) (*FileReader, error) {
+	if format == "" {
+		switch strings.ToLower(filepath.Ext(path)) {
+		case ".csv":
+			format = "csv"
+		case ".ndjson", ".jsonl":
+			format = "ndjson"
+		default:
+			return nil, fmt.Errorf("%s: cannot tell the format from the extension; use --format csv or ndjson", path)
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	f := &FileReader{path: path, idField: idField, data: data}
+	switch format {
+	case "csv":
+		f.csv = csv.NewReader(bytes.NewReader(data))
+		f.csv.ReuseRecord = false
+		header, err := f.csv.Read()
+		if err != nil {
+			return nil, fmt.Errorf("%s: reading the header row: %w", path, err)
+		}
+		f.header = append([]string(nil), header...)
+		f.header[0] = strings.TrimPrefix(f.header[0], "\ufeff")
+		f.csv.FieldsPerRecord = len(f.header)
+		if idField != "" && !contains(f.header, idField) {
+			return nil, fmt.Errorf("%s: --id-field %q is not a column (columns: %s)", path, idField, strings.Join(f.header, ", "))
+		}
+	case "ndjson":
+		f.lines = bufio.NewScanner(bytes.NewReader(data))
+		f.lines.Buffer(make([]byte, 0, 64*1024), 16<<20)
+	default:
+		return nil, fmt.Errorf("%s: unknown format %q (want csv or ndjson)", path, format)
+	}
+	return f, nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Next returns the next record with Value, ID and Key (= ID) set, a
+// *RowError for a malformed row (call Next again to go on), or io.EOF.
+func (f *FileReader) Next() (Record, error) {
+	if f.csv != nil {
+		return f.nextCSV()
+	}
+	return f.nextNDJSON()
+}
+
+func (f *FileReader) nextCSV() (Record, error) {
+	start := f.csv.InputOffset()
+	fields, err := f.csv.Read()
+	raw := bytes.TrimRight(f.data[start:f.csv.InputOffset()], "\r\n")
+	if err == io.EOF {
+		return Record{}, io.EOF
+	}
+	if err != nil {
+		line := 0
+		var pe *csv.ParseError
+		if errors.As(err, &pe) {
+			line, err = pe.StartLine, pe.Err
+		}
+		return Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
+	}
+	line, _ := f.csv.FieldPos(0)
+	obj := make(map[string]any, len(fields))
+	for i, v := range fields {
+		if v == "" {
+			obj[f.header[i]] = nil
+		} else {
+			obj[f.header[i]] = v
+		}
+	}
+	value, err := json.Marshal(obj)
+	if err != nil {
+		return Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
+	}
+	return f.record(value, line, raw)
+}
+
+func (f *FileReader) nextNDJSON() (Record, error) {
+	for f.lines.Scan() {
+		f.line++
+		raw := bytes.TrimSpace(f.lines.Bytes())
+		if len(raw) == 0 {
+			continue
+		}
+		if !isJSONObject(raw) {
+			return Record{}, &RowError{Path: f.path, Line: f.line, Raw: bytes.Clone(raw), Err: errors.New("not a JSON object")}
+		}
+		return f.record(bytes.Clone(raw), f.line, raw)
+	}
+	if err := f.lines.Err(); err != nil {
+		return Record{}, fmt.Errorf("%s:%d: %w", f.path, f.line+1, err)
+	}
+	return Record{}, io.EOF
+}
+
+func (f *FileReader) record(value []byte, line int, raw []byte) (Record, error) {
+	id, err := RecordID(value, f.idField)
+	if err != nil {
+		return Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
+	}
+	return Record{ID: id, Key: []byte(id), Value: value}, nil
+}

@@ -1,0 +1,95 @@
+package ingest_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+func readAll(t *testing.T, path, idField string) (recs []ingest.Record, bad []*ingest.RowError) {
+	t.Helper()
+	f, err := ingest.OpenFile(path, "", idField)
+	require.NoError(t, err)
+	for {
+		rec, err := f.Next()
+		if err == io.EOF {
+			return recs, bad
+		}
+		var rowErr *ingest.RowError
+		if errors.As(err, &rowErr) {
+			bad = append(bad, rowErr)
+			continue
+		}
+		require.NoError(t, err)
+		recs = append(recs, rec)
+	}
+}
+
+func TestOpenFileReadsTheUSGSData(t *testing.T) {
+	t.Parallel()
+	recs, bad := readAll(t, "../testdata/usgs-earthquakes-2025-05.csv", "id")
+	require.Empty(t, bad)
+	require.Len(t, recs, 9366)
+	ids := map[string]bool{}
+	for _, r := range recs {
+		ids[r.ID] = true
+	}
+	require.Len(t, ids, 9366, "ids are unique")
+	var first map[string]any
+	require.NoError(t, json.Unmarshal(recs[0].Value, &first))
+	require.Equal(t, "nn00898537", first["id"])
+	require.Equal(t, "45 km ESE of Beatty, Nevada", first["place"])
+	require.Nil(t, first["horizontalError"], "empty fields are null")
+}
+
+func TestMalformedCSVRowsAreNamedAndSkipped(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "bad.csv")
+	data := "id,place\n" +
+		"a,\"Pāhala, Hawaii\"\n" +
+		"b,too,many\n" +
+		"c,bad \"quote\n" +
+		"d,Mýrina\n"
+	require.NoError(t, os.WriteFile(path, []byte(data), 0o600))
+	recs, bad := readAll(t, path, "id")
+	require.Len(t, recs, 2)
+	require.Equal(t, "a", recs[0].ID)
+	require.Equal(t, "d", recs[1].ID, "rows after bad ones still load")
+	require.Len(t, bad, 2)
+	require.Equal(t, 3, bad[0].Line)
+	require.Equal(t, 4, bad[1].Line)
+	require.Contains(t, bad[1].Error(), `bad.csv:4: bare " in non-quoted-field`)
+	require.Contains(t, bad[0].Error(), "bad.csv:3: wrong number of fields")
+	require.Equal(t, "b,too,many", string(bad[0].Raw))
+}
+
+func TestOpenFileErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	csvPath := filepath.Join(dir, "x.csv")
+	require.NoError(t, os.WriteFile(csvPath, []byte("a,b\n1,2\n"), 0o600))
+	_, err := ingest.OpenFile(csvPath, "", "id")
+	require.ErrorContains(t, err, `--id-field "id" is not a column (columns: a, b)`)
+	_, err = ingest.OpenFile(filepath.Join(dir, "x.txt"), "", "")
+	require.ErrorContains(t, err, "use --format csv or ndjson")
+	_, err = ingest.OpenFile(filepath.Join(dir, "missing.csv"), "", "")
+	require.ErrorContains(t, err, "missing.csv")
+}
+
+func TestNDJSONBadLinesAreNamed(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "x.ndjson")
+	require.NoError(t, os.WriteFile(path, []byte("{\"id\":1}\n[1,2]\n\n{\"id\":\"x\"}\n"), 0o600))
+	recs, bad := readAll(t, path, "id")
+	require.Len(t, recs, 2)
+	require.Equal(t, "1", recs[0].ID)
+	require.Len(t, bad, 1)
+	require.Equal(t, 2, bad[0].Line)
+}

@@ -1,0 +1,414 @@
+package ingest
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// WorkerConfig configures a Worker. Zero fields take the documented default.
+type WorkerConfig struct {
+	// Pricing prices each record in the pool's unit. Default: 1 per record.
+	Pricing Pricing
+	// IDField names the JSON field holding a record's ID (its idempotency
+	// key). Empty, or absent from a record: a content hash (see RecordID).
+	IDField string
+	// MaxBatch is the most records in one sink request. Default 100.
+	MaxBatch int
+	// Concurrency is the most sink requests in flight at once. Default 16.
+	Concurrency int
+	// MaxInFlight is the most records fetched but not yet finished (queued,
+	// being written or waiting to be retried). The source is not read while
+	// it is reached, so memory stays flat whatever the backlog. Default
+	// 10,000 records.
+	MaxInFlight int
+	// MaxRecordCost is one second of the whole pool's capacity, in units. A
+	// record costing more can never be written without exceeding the pool,
+	// so it is dead-lettered. 0: no limit.
+	MaxRecordCost int64
+	// Grace is how long in-flight writes may go on after ctx is done before
+	// they are cancelled (their records are then redelivered). Default 10 s.
+	Grace time.Duration
+	// Logger receives the worker's logs. Default: slog.Default().
+	Logger *slog.Logger
+	// Counters receives the running totals; several workers may share one.
+	// Default: a Counters of the worker's own.
+	Counters *Counters
+}
+
+// Ports are the adapters a Worker drives. Every field is required.
+type Ports struct {
+	Source      Source
+	DeadLetters DeadLetters
+	Sink        Sink
+	Retry       RetryPolicy
+	Pacer       Pacer
+	Capacity    Capacity
+}
+
+// Worker is the pipeline of one process: queue → pacer → sink, with commit
+// hand-off and dead-lettering. Create it with NewWorker and start it with Run.
+type Worker struct {
+	cfg WorkerConfig
+	p   Ports
+	log *slog.Logger
+	c   *Counters
+
+	slots   chan struct{} // one per record in flight
+	fetched chan *item    // fetched records waiting for budget
+
+	mu      sync.Mutex
+	retries retryHeap // records waiting out a backoff
+}
+
+// item is a record in flight.
+type item struct {
+	rec      Record
+	attempts int       // write attempts made so far
+	due      time.Time // earliest next attempt (retries)
+	invalid  string    // reason to dead-letter without writing, if set
+}
+
+// NewWorker checks cfg and ports and returns a Worker.
+func NewWorker(cfg WorkerConfig, p Ports) (*Worker, error) {
+	if p.Source == nil || p.DeadLetters == nil || p.Sink == nil || p.Retry == nil || p.Pacer == nil || p.Capacity == nil {
+		return nil, errors.New("ingest: worker needs a source, dead letters, sink, retry policy, pacer and capacity")
+	}
+	if cfg.MaxBatch < 0 || cfg.Concurrency < 0 || cfg.MaxInFlight < 0 || cfg.MaxRecordCost < 0 || cfg.Grace < 0 {
+		return nil, errors.New("ingest: worker limits must not be negative")
+	}
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, 100)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
+	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, 10_000)
+	cfg.Grace = cmp.Or(cfg.Grace, 10*time.Second)
+	cfg.Pricing.Unit = cmp.Or(cfg.Pricing.Unit, UnitRecords)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Counters == nil {
+		cfg.Counters = new(Counters)
+	}
+	return &Worker{
+		cfg:     cfg,
+		p:       p,
+		log:     cfg.Logger,
+		c:       cfg.Counters,
+		slots:   make(chan struct{}, cfg.MaxInFlight),
+		fetched: make(chan *item, cfg.MaxInFlight),
+	}, nil
+}
+
+// Counters returns the worker's running totals.
+func (w *Worker) Counters() *Counters { return w.c }
+
+// Run drains the source until ctx is done. Then it stops fetching, lets
+// in-flight writes finish within the grace period (cancelling the rest),
+// announces zero demand and returns nil. Records not finished by then are
+// not marked Done and so are redelivered by the queue.
+func (w *Worker) Run(ctx context.Context) error {
+	writeCtx, cancelWrites := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWrites()
+
+	var fetching, writing sync.WaitGroup
+	fetching.Go(func() { w.fetch(ctx) })
+	w.slices(ctx, writeCtx, &writing)
+	fetching.Wait()
+
+	drained := make(chan struct{})
+	go func() { writing.Wait(); close(drained) }()
+	timer := time.NewTimer(w.cfg.Grace)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+		w.log.Warn("grace period over, cancelling writes", "grace", w.cfg.Grace)
+		cancelWrites()
+		<-drained
+	}
+	w.p.Capacity.SetDemand(0)
+	return nil
+}
+
+// fetch reads the source into w.fetched while there are free slots.
+func (w *Worker) fetch(ctx context.Context) {
+	var lastLog time.Time
+	for {
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		rec, err := w.p.Source.Fetch(ctx)
+		if err != nil {
+			<-w.slots
+			if ctx.Err() != nil {
+				return
+			}
+			if time.Since(lastLog) > 5*time.Second {
+				w.log.Error("fetch failed, retrying", "err", err)
+				lastLog = time.Now()
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		w.c.noteFetch(time.Now())
+		w.fetched <- w.prepare(rec)
+	}
+}
+
+// prepare validates a fetched record and sets its ID and cost.
+func (w *Worker) prepare(rec Record) *item {
+	it := &item{rec: rec}
+	rec.Cost = w.cfg.Pricing.Price(rec.Value)
+	if !isJSONObject(rec.Value) {
+		it.invalid = fmt.Sprintf("record %s: value is not a JSON object", rec.Pos)
+	}
+	if rec.ID == "" {
+		id, err := RecordID(rec.Value, w.cfg.IDField)
+		if err != nil {
+			id = ContentID(rec.Value)
+			it.invalid = cmp.Or(it.invalid, fmt.Sprintf("record %s: %v", rec.Pos, err))
+		}
+		rec.ID = id
+	}
+	if w.cfg.MaxRecordCost > 0 && rec.Cost > w.cfg.MaxRecordCost {
+		it.invalid = fmt.Sprintf("record %s (id %s) costs %d %s, more than one second of the whole pool (%d)",
+			rec.Pos, rec.ID, rec.Cost, w.cfg.Pricing.Unit, w.cfg.MaxRecordCost)
+	}
+	it.rec = rec
+	return it
+}
+
+func isJSONObject(b []byte) bool {
+	var obj map[string]json.RawMessage
+	return json.Unmarshal(b, &obj) == nil && obj != nil
+}
+
+// slices is the slice loop: every slice, take at most the budget's worth of
+// records and send them.
+func (w *Worker) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup) {
+	var (
+		head   *item
+		recent spendWindow // units sent in the last second, for demand
+	)
+	requests := make(chan struct{}, w.cfg.Concurrency)
+	for {
+		if head == nil {
+			head = w.next(time.Now())
+		}
+		var want int64
+		if head != nil {
+			want = head.rec.Cost
+		}
+		budget, err := w.p.Pacer.Next(ctx, want)
+		if err != nil {
+			return
+		}
+		var take []*item
+		var spent int64
+		for {
+			if head == nil {
+				head = w.next(time.Now())
+			}
+			if head == nil {
+				break
+			}
+			if head.invalid != "" {
+				it := head
+				writing.Go(func() { w.deadLetter(writeCtx, it, it.invalid) })
+				head = nil
+				continue
+			}
+			if head.rec.Cost > budget-spent {
+				break
+			}
+			take = append(take, head)
+			spent += head.rec.Cost
+			head = nil
+		}
+		now := time.Now()
+		recent.add(now, spent)
+		if head != nil {
+			w.p.Capacity.SetDemand(Inf)
+		} else {
+			// No backlog: ask for what was used, with headroom for a
+			// rising arrival rate.
+			w.p.Capacity.SetDemand(float64(recent.sum(now)) * 1.25)
+		}
+		if spent == 0 {
+			continue
+		}
+		w.p.Pacer.Spend(spent)
+		w.c.unitsSent.Add(spent)
+		for batch := range chunks(take, w.cfg.MaxBatch) {
+			select {
+			case requests <- struct{}{}:
+			case <-ctx.Done():
+				// Not sent: these records stay un-Done and are redelivered.
+				return
+			}
+			writing.Go(func() {
+				defer func() { <-requests }()
+				w.write(writeCtx, batch)
+			})
+		}
+	}
+}
+
+// next returns the next record to send: a retry that is due, else a fetched
+// record, else nil.
+func (w *Worker) next(now time.Time) *item {
+	w.mu.Lock()
+	if len(w.retries) > 0 && !w.retries[0].due.After(now) {
+		it := heap.Pop(&w.retries).(*item)
+		w.mu.Unlock()
+		return it
+	}
+	w.mu.Unlock()
+	select {
+	case it := <-w.fetched:
+		return it
+	default:
+		return nil
+	}
+}
+
+// write makes one attempt at a batch and routes every record by its result.
+func (w *Worker) write(ctx context.Context, batch []*item) {
+	recs := make([]Record, len(batch))
+	for i, it := range batch {
+		recs[i] = it.rec
+	}
+	w.c.requests.Add(1)
+	w.c.attempts.Add(int64(len(batch)))
+	results, err := w.p.Sink.Write(ctx, recs)
+	if ctx.Err() != nil {
+		return // shutting down: redelivered later
+	}
+	if err == nil && len(results) != len(recs) {
+		err = fmt.Errorf("sink returned %d results for %d records", len(results), len(recs))
+	}
+	now := time.Now()
+	for i, it := range batch {
+		res := Result{Outcome: Retryable, Reason: fmt.Sprint(err)}
+		if err == nil {
+			res = results[i]
+		}
+		it.attempts++
+		switch res.Outcome {
+		case Delivered, Duplicate:
+			if res.Outcome == Duplicate {
+				w.c.duplicates.Add(1)
+			}
+			w.c.delivered.Add(1)
+			w.c.unitsDelivered.Add(it.rec.Cost)
+			w.finish(it, now)
+		case Retryable:
+			if res.Throttled {
+				w.c.throttled.Add(1)
+			}
+			wait, ok := w.p.Retry.Backoff(it.attempts, res.RetryAfter)
+			if !ok {
+				w.deadLetter(ctx, it, fmt.Sprintf("gave up after %d attempts: %s", it.attempts, res.Reason))
+				continue
+			}
+			w.c.retried.Add(1)
+			it.due = now.Add(wait)
+			w.mu.Lock()
+			heap.Push(&w.retries, it)
+			w.mu.Unlock()
+		default:
+			w.deadLetter(ctx, it, res.Reason)
+		}
+	}
+}
+
+// deadLetter stores it in the dead-letter topic, trying until it succeeds or
+// ctx is done (then the record is left un-Done and will be redelivered).
+func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		err := w.p.DeadLetters.DeadLetter(ctx, it.rec, reason)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Error("dead-letter write failed, retrying", "record_id", it.rec.ID, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
+	}
+	w.log.Warn("record dead-lettered", "record_id", it.rec.ID, "source", it.rec.Pos.String(), "reason", reason)
+	w.c.deadLettered.Add(1)
+	w.finish(it, time.Now())
+}
+
+func (w *Worker) finish(it *item, now time.Time) {
+	w.p.Source.Done(it.rec)
+	w.c.noteDone(now)
+	<-w.slots
+}
+
+// chunks yields consecutive sub-slices of s of at most n elements.
+func chunks[T any](s []T, n int) func(func([]T) bool) {
+	return func(yield func([]T) bool) {
+		for len(s) > 0 {
+			k := min(n, len(s))
+			if !yield(s[:k:k]) {
+				return
+			}
+			s = s[k:]
+		}
+	}
+}
+
+// retryHeap orders records waiting for a retry by due time.
+type retryHeap []*item
+
+func (h retryHeap) Len() int           { return len(h) }
+func (h retryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h retryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *retryHeap) Push(x any)        { *h = append(*h, x.(*item)) }
+func (h *retryHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
+}
+
+// spendWindow sums the units sent in the last second.
+type spendWindow struct {
+	at    []time.Time
+	units []int64
+}
+
+func (s *spendWindow) add(now time.Time, units int64) {
+	s.at = append(s.at, now)
+	s.units = append(s.units, units)
+}
+
+func (s *spendWindow) sum(now time.Time) int64 {
+	cut := 0
+	for cut < len(s.at) && now.Sub(s.at[cut]) >= time.Second {
+		cut++
+	}
+	s.at, s.units = s.at[cut:], s.units[cut:]
+	var total int64
+	for _, u := range s.units {
+		total += u
+	}
+	return total
+}
