@@ -1,0 +1,254 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// DefaultTimeout is the default per-request timeout of HTTPSink.
+const DefaultTimeout = 2 * time.Second
+
+// maxResponseBytes bounds how much of a response HTTPSink reads.
+const maxResponseBytes = 32 << 20
+
+// ErrProtocol is wrapped by HTTPSink errors about answers that break the
+// wire protocol (wrong number of results, unexpected status, bad JSON).
+var ErrProtocol = errors.New("sink: protocol violation")
+
+// HTTPConfig configures an HTTPSink.
+type HTTPConfig struct {
+	// URL is the sink's base URL, e.g. "http://127.0.0.1:8088"; required,
+	// http or https. The wire paths (/v1/records, /v1/stats) are appended.
+	URL string
+	// Timeout bounds each request, connection and response body included.
+	// Default 2 s.
+	Timeout time.Duration
+	// Client sends the requests. Default: a client with its own pooled
+	// transport (up to 64 idle connections to the sink).
+	Client *http.Client
+}
+
+// HTTPSink writes batches to a sink that speaks the wire protocol of the
+// package doc: the emulator, or a user's service behind an adapter. Safe for
+// concurrent use.
+type HTTPSink struct {
+	records, stats string
+	timeout        time.Duration
+	client         *http.Client
+}
+
+var _ ingest.StatsSink = (*HTTPSink)(nil)
+
+// NewHTTP validates cfg and returns an HTTPSink. It returns an error when
+// URL is missing or not an absolute http(s) URL, or Timeout is negative.
+func NewHTTP(cfg HTTPConfig) (*HTTPSink, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("sink: url %q: %w", cfg.URL, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("sink: url %q: want an absolute http:// or https:// URL", cfg.URL)
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("sink: timeout %v is negative", cfg.Timeout)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Client == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
+		cfg.Client = &http.Client{Transport: t}
+	}
+	base := strings.TrimRight(u.String(), "/")
+	return &HTTPSink{records: base + PathRecords, stats: base + PathStats, timeout: cfg.Timeout, client: cfg.Client}, nil
+}
+
+// Write implements ingest.Sink: it POSTs batch as one request and maps the
+// answer to one Result per record, in order:
+//
+//   - per record: 201 → Delivered, 200 → Duplicate, 429 → Retryable and
+//     Throttled with the answer's Retry-After, other retryable statuses (408,
+//     5xx but 501/505; see RetryableStatus) → Retryable, anything else (400,
+//     other 4xx) → Permanent; Reason is "HTTP <status>: <error>";
+//   - a whole-request 429 without per-record results → every record
+//     Retryable and Throttled; another whole-request error status → every
+//     record Retryable or Permanent by RetryableStatus.
+//
+// It returns an error (the whole batch is retryable) on a transport error,
+// on a timeout, and on an answer that breaks the protocol (ErrProtocol); once
+// ctx is done it returns context.Cause(ctx).
+func (h *HTTPSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.Result, error) {
+	if len(batch) == 0 {
+		return []ingest.Result{}, nil
+	}
+	resp, body, err := h.do(ctx, http.MethodPost, h.records, encodeBatch(batch))
+	if err != nil {
+		return nil, fmt.Errorf("sink: write %d records: %w", len(batch), err)
+	}
+	retryAfter := retryAfterOf(resp.Header, time.Now())
+	var wr WireResponse
+	jsonErr := json.Unmarshal(body, &wr)
+	code := resp.StatusCode
+
+	switch {
+	case code == http.StatusOK || code == http.StatusMultiStatus ||
+		(code == http.StatusTooManyRequests && jsonErr == nil && len(wr.Results) == len(batch)):
+		if jsonErr != nil {
+			return nil, fmt.Errorf("%w: HTTP %d with an undecodable body: %v", ErrProtocol, code, jsonErr)
+		}
+		if len(wr.Results) != len(batch) {
+			return nil, fmt.Errorf("%w: %d results for %d records", ErrProtocol, len(wr.Results), len(batch))
+		}
+		out := make([]ingest.Result, len(batch))
+		for i, r := range wr.Results {
+			if r.ID != batch[i].ID {
+				return nil, fmt.Errorf("%w: result %d is for id %q, want %q", ErrProtocol, i, r.ID, batch[i].ID)
+			}
+			out[i] = recordResult(r.Status, r.Error, retryAfter)
+		}
+		return out, nil
+	case code >= 400:
+		msg := wr.Error
+		if jsonErr != nil || msg == "" {
+			msg = strings.TrimSpace(string(body[:min(len(body), 512)]))
+		}
+		res := recordResult(code, msg, retryAfter)
+		out := make([]ingest.Result, len(batch))
+		for i := range out {
+			out[i] = res
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: unexpected HTTP %d", ErrProtocol, code)
+}
+
+// recordResult maps one wire status to an ingest.Result.
+func recordResult(status int, msg string, retryAfter time.Duration) ingest.Result {
+	switch status {
+	case StatusStored:
+		return ingest.Result{Outcome: ingest.Delivered}
+	case StatusDuplicate:
+		return ingest.Result{Outcome: ingest.Duplicate}
+	}
+	reason := "HTTP " + strconv.Itoa(status)
+	if msg != "" {
+		reason += ": " + msg
+	}
+	switch {
+	case status == http.StatusTooManyRequests:
+		return ingest.Result{Outcome: ingest.Retryable, Throttled: true, RetryAfter: retryAfter, Reason: reason}
+	case RetryableStatus(status):
+		return ingest.Result{Outcome: ingest.Retryable, Reason: reason}
+	}
+	return ingest.Result{Outcome: ingest.Permanent, Reason: reason}
+}
+
+// retryAfterOf reads the wait an answer asks for: x-ms-retry-after-ms when
+// present (millisecond precision), else Retry-After; 0 when neither parses.
+func retryAfterOf(hdr http.Header, now time.Time) time.Duration {
+	if v := hdr.Get(HeaderRetryAfterMs); v != "" {
+		if ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && ms >= 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
+			return time.Duration(ms) * time.Millisecond
+		}
+	}
+	d, _ := ParseRetryAfter(hdr.Get(HeaderRetryAfter), now)
+	return d
+}
+
+// Stats implements ingest.StatsSink: it GETs /v1/stats.
+func (h *HTTPSink) Stats(ctx context.Context) (ingest.SinkStats, error) {
+	resp, body, err := h.do(ctx, http.MethodGet, h.stats, nil)
+	if err != nil {
+		return ingest.SinkStats{}, fmt.Errorf("sink: stats: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return ingest.SinkStats{}, fmt.Errorf("sink: stats: %w: HTTP %d: %.200s", ErrProtocol, resp.StatusCode, body)
+	}
+	var st ingest.SinkStats
+	if err := json.Unmarshal(body, &st); err != nil {
+		return ingest.SinkStats{}, fmt.Errorf("sink: stats: %w: %v", ErrProtocol, err)
+	}
+	return st, nil
+}
+
+// do sends one request under the sink's timeout and reads the whole answer.
+func (h *HTTPSink) do(ctx context.Context, method, url string, body []byte) (*http.Response, []byte, error) {
+	rctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(rctx, method, url, rd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, context.Cause(ctx)
+		}
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, context.Cause(ctx)
+		}
+		return nil, nil, fmt.Errorf("read answer: %w", err)
+	}
+	return resp, data, nil
+}
+
+// encodeBatch writes batch as the wire's JSON array. A value that is valid
+// JSON is copied byte for byte (so a bytes-unit sink sees the record's
+// length); any other value is sent as a JSON string, which the emulator
+// rejects for that record alone instead of failing the whole request.
+// Cost is omitted when < 1 (the sink then charges its default).
+func encodeBatch(batch []ingest.Record) []byte {
+	n := 2
+	for _, r := range batch {
+		n += len(r.ID) + len(r.Value) + 48
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, n))
+	buf.WriteByte('[')
+	for i, r := range batch {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		id, _ := json.Marshal(r.ID) // a string always marshals
+		buf.WriteString(`{"id":`)
+		buf.Write(id)
+		if r.Cost >= 1 {
+			buf.WriteString(`,"cost":`)
+			buf.WriteString(strconv.FormatInt(r.Cost, 10))
+		}
+		buf.WriteString(`,"value":`)
+		if json.Valid(r.Value) {
+			buf.Write(r.Value)
+		} else {
+			s, _ := json.Marshal(string(r.Value))
+			buf.Write(s)
+		}
+		buf.WriteByte('}')
+	}
+	buf.WriteByte(']')
+	return buf.Bytes()
+}

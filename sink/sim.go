@@ -1,0 +1,459 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// Emulator modes (SimConfig.Mode).
+const (
+	// ModeBucket is a token bucket holding one second of capacity, refilled
+	// at Capacity units/s and full at start: a per-second budget like Cosmos
+	// DB's provisioned RU/s. A sliding 1 s window can admit up to about
+	// 2 × Capacity (a full bucket plus one second of refill); MaxUnits1s
+	// shows whether a client let that happen.
+	ModeBucket = "bucket"
+	// ModeWindow admits a record only if the units admitted in the sliding
+	// window (t−1 s, t] stay ≤ Capacity: never more than Capacity in any 1 s.
+	ModeWindow = "window"
+)
+
+// Emulator limits.
+const (
+	// DefaultMaxBodyBytes is the default request body limit: 8 MiB, twice
+	// the 4 MiB entity-group batch of the storage vendors.
+	DefaultMaxBodyBytes = 8 << 20
+	// MaxCapacity is the largest Capacity, in units/s (exact integer
+	// accounting needs Capacity × 1e9 to fit in an int64).
+	MaxCapacity = 1_000_000_000
+	// maxSeries caps the 200 ms series at about 58 hours.
+	maxSeries  = 1 << 20
+	seriesStep = 200 * time.Millisecond
+)
+
+// SimConfig configures the throttled sink emulator.
+type SimConfig struct {
+	// Capacity is the provisioned rate in units/s; required, 1..MaxCapacity.
+	Capacity int64
+	// Mode is ModeBucket (default) or ModeWindow.
+	Mode string
+	// Unit is what Capacity counts; it sets the default cost of a record
+	// sent without one (1, or len(value) for bytes). Default records.
+	Unit ingest.Unit
+	// Latency delays every /v1/records answer (after admission, so a
+	// client that times out may find its records stored when it retries).
+	// Default 0.
+	Latency time.Duration
+	// ErrorRate is the fraction (0..1) of valid records answered 503
+	// instead of being admitted; they are not charged. Default 0.
+	ErrorRate float64
+	// RequiredFields are top-level fields every record value must have
+	// (present and not null), else it is rejected with 400.
+	RequiredFields []string
+	// Seed seeds the error injection, so the same requests fail the same
+	// way in every run (and again after a reset).
+	Seed int64
+	// MaxBodyBytes limits a request body; a larger one is answered 413.
+	// Default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Clock returns the current time. Default time.Now; tests inject a
+	// fake clock. Readings that go backwards are treated as the last one.
+	Clock func() time.Time
+}
+
+// Sim is the throttled sink emulator (`sluice sink-sim`). It serves the wire
+// protocol of the package doc, enforces Capacity, dedupes by record ID and
+// keeps exact statistics. Safe for concurrent use; every request is
+// admitted atomically.
+type Sim struct {
+	cfg   SimConfig
+	clock func() time.Time
+
+	mu     sync.Mutex
+	epoch  time.Time     // start or last reset; accounting times are offsets from it
+	last   time.Duration // latest accounting time (monotonic clamp)
+	rng    *rand.Rand
+	stored map[string]struct{}
+	tokens int64         // bucket: units × 1e9
+	filled time.Duration // bucket: time of the last refill
+	admit  window        // window mode: admitted units in the last 1 s
+	win1s  window        // stats: max units in any 1 s
+	win200 window        // stats: max units in any 200 ms
+	stats  SimStats
+	series []int64
+}
+
+// NewSim validates cfg, fills its defaults and returns an emulator whose
+// bucket is full. It returns an error naming the first bad field.
+func NewSim(cfg SimConfig) (*Sim, error) {
+	switch {
+	case cfg.Capacity <= 0 || cfg.Capacity > MaxCapacity:
+		return nil, fmt.Errorf("sink: capacity %d units/s out of range 1..%d", cfg.Capacity, MaxCapacity)
+	case !(cfg.ErrorRate >= 0 && cfg.ErrorRate <= 1):
+		return nil, fmt.Errorf("sink: error rate %v out of range 0..1", cfg.ErrorRate)
+	case cfg.Latency < 0:
+		return nil, fmt.Errorf("sink: latency %v is negative", cfg.Latency)
+	case cfg.MaxBodyBytes < 0:
+		return nil, fmt.Errorf("sink: max body bytes %d is negative", cfg.MaxBodyBytes)
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeBucket
+	}
+	if cfg.Mode != ModeBucket && cfg.Mode != ModeWindow {
+		return nil, fmt.Errorf("sink: unknown mode %q (want %s or %s)", cfg.Mode, ModeBucket, ModeWindow)
+	}
+	if cfg.Unit == "" {
+		cfg.Unit = ingest.UnitRecords
+	}
+	if _, err := ingest.ParseUnit(string(cfg.Unit)); err != nil {
+		return nil, fmt.Errorf("sink: %w", err)
+	}
+	for i, f := range cfg.RequiredFields {
+		if f == "" {
+			return nil, fmt.Errorf("sink: required field %d is empty", i)
+		}
+	}
+	cfg.RequiredFields = append([]string(nil), cfg.RequiredFields...)
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	s := &Sim{cfg: cfg, clock: cfg.Clock}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	s.Reset()
+	return s, nil
+}
+
+// Reset clears the stored IDs and the statistics, refills the bucket,
+// reseeds the error injection and restarts the series at the current time.
+func (s *Sim) Reset() {
+	now := s.clock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.epoch, s.last = now, 0
+	s.rng = rand.New(rand.NewPCG(uint64(s.cfg.Seed), 0x5151ce))
+	s.stored = make(map[string]struct{})
+	s.tokens, s.filled = s.cfg.Capacity*int64(time.Second), 0
+	s.admit, s.win1s, s.win200 = newWindow(time.Second), newWindow(time.Second), newWindow(200*time.Millisecond)
+	s.stats = SimStats{Mode: s.cfg.Mode, Unit: s.cfg.Unit}
+	s.stats.CapacityPerSec = s.cfg.Capacity
+	s.series = nil
+}
+
+// Stats returns the statistics since the start or the last reset.
+func (s *Sim) Stats() ingest.SinkStats {
+	return s.Snapshot(false).SinkStats
+}
+
+// Snapshot returns the full statistics; with series, also the units charged
+// per 200 ms bucket.
+func (s *Sim) Snapshot(series bool) SimStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.MaxUnits1s, st.MaxUnits200ms = s.win1s.max, s.win200.max
+	if series {
+		st.SeriesStart = s.epoch
+		st.UnitsPer200ms = append([]int64{}, s.series...)
+	}
+	return st
+}
+
+// Handler serves the wire protocol: POST /v1/records, GET /v1/stats
+// (?series=1 adds the 200 ms series) and POST /v1/reset.
+func (s *Sim) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathRecords, s.serveRecords)
+	mux.HandleFunc("GET "+PathStats, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Snapshot(r.URL.Query().Get("series") == "1"))
+	})
+	mux.HandleFunc("POST "+PathReset, func(w http.ResponseWriter, _ *http.Request) {
+		s.Reset()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+// Serve serves Handler on ln until ctx is done, then shuts down gracefully:
+// it stops accepting, lets in-flight requests finish for up to 5 s, and
+// closes ln. It returns nil after a shutdown caused by ctx, else the error
+// that stopped the server.
+func (s *Sim) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("sink: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		err = errors.Join(fmt.Errorf("sink: shutdown: %w", err), srv.Close())
+	}
+	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// incoming is one parsed request element.
+type incoming struct {
+	id     string
+	cost   int64
+	reason string // non-empty: rejected with 400
+}
+
+func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		s.countMalformed()
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, WireResponse{Results: []WireResult{},
+				Error: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)})
+			return
+		}
+		writeJSON(w, http.StatusBadRequest, WireResponse{Results: []WireResult{}, Error: "read request body: " + err.Error()})
+		return
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(body, &elems); err != nil || elems == nil {
+		s.countMalformed()
+		msg := "request body must be a JSON array of {id, cost, value} records"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		writeJSON(w, http.StatusBadRequest, WireResponse{Results: []WireResult{}, Error: msg})
+		return
+	}
+	recs := make([]incoming, len(elems))
+	for i, e := range elems {
+		recs[i] = s.parse(i, e)
+	}
+	results, wait := s.admitBatch(recs)
+
+	if d := s.cfg.Latency; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return // the client is gone
+		}
+	}
+	code, stored, throttled := http.StatusOK, 0, 0
+	for _, res := range results {
+		switch res.Status {
+		case StatusStored, StatusDuplicate:
+			stored++
+		case StatusThrottled:
+			throttled++
+		}
+	}
+	switch {
+	case stored == len(results):
+		code = http.StatusOK
+	case throttled == len(results):
+		code = http.StatusTooManyRequests
+	default:
+		code = http.StatusMultiStatus
+	}
+	if throttled > 0 {
+		w.Header().Set(HeaderRetryAfter, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Second)), 10))
+		w.Header().Set(HeaderRetryAfterMs, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Millisecond)), 10))
+	}
+	writeJSON(w, code, WireResponse{Results: results})
+}
+
+// parse validates element i of a request; the record is rejected (reason
+// set) when it is not an object with a non-empty string id, an integer cost
+// ≥ 1 and at most Capacity, and a JSON-object value with every required
+// field.
+func (s *Sim) parse(i int, raw json.RawMessage) incoming {
+	var wr WireRecord
+	if err := json.Unmarshal(raw, &wr); err != nil {
+		return incoming{id: wr.ID, reason: fmt.Sprintf("record %d is not a {id, cost, value} object: %v", i, err)}
+	}
+	in := incoming{id: wr.ID}
+	value := bytes.TrimSpace(wr.Value)
+	switch {
+	case wr.ID == "":
+		in.reason = fmt.Sprintf("record %d has no id", i)
+	case len(value) == 0 || string(value) == "null":
+		in.reason = "record has no value"
+	case value[0] != '{':
+		in.reason = "value is not a JSON object"
+	case wr.Cost != nil && *wr.Cost < 1:
+		in.reason = fmt.Sprintf("cost %d is not ≥ 1", *wr.Cost)
+	}
+	if in.reason != "" {
+		return in
+	}
+	switch {
+	case wr.Cost != nil:
+		in.cost = *wr.Cost
+	case s.cfg.Unit == ingest.UnitBytes:
+		in.cost = int64(len(wr.Value))
+	default:
+		in.cost = 1
+	}
+	if in.cost > s.cfg.Capacity {
+		in.reason = fmt.Sprintf("cost %d units exceeds the sink's capacity of %d units/s", in.cost, s.cfg.Capacity)
+		return in
+	}
+	if len(s.cfg.RequiredFields) > 0 {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(value, &obj); err != nil {
+			in.reason = "value is not a JSON object: " + err.Error()
+			return in
+		}
+		for _, f := range s.cfg.RequiredFields {
+			if v, ok := obj[f]; !ok || string(v) == "null" {
+				in.reason = fmt.Sprintf("missing required field %q", f)
+				return in
+			}
+		}
+	}
+	return in
+}
+
+// admitBatch decides every record of one request at one instant, in order:
+// a rejected record is answered 400; once a record is throttled every later
+// valid record is too (records are admitted in order while capacity lasts);
+// otherwise an injected failure (503, not charged), else the record is
+// charged and stored (201) or found a duplicate (200). wait is the time
+// until the first throttled record would fit, 0 if none was throttled.
+func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at := s.now()
+	s.refill(at)
+	if s.cfg.Mode == ModeWindow {
+		s.admit.expire(at)
+	}
+	results = make([]WireResult, len(recs))
+	var charged, acceptedUnits int64
+	throttled := false
+	for i, in := range recs {
+		res := WireResult{ID: in.id}
+		switch {
+		case in.reason != "":
+			res.Status, res.Error = StatusRejected, in.reason
+			s.stats.Rejected++
+		case throttled:
+			res.Status, res.Error = StatusThrottled, "throttled: capacity exhausted"
+			s.stats.Throttled++
+		case s.cfg.ErrorRate > 0 && s.rng.Float64() < s.cfg.ErrorRate:
+			res.Status, res.Error = StatusFailed, "injected failure"
+			s.stats.Failed++
+		default:
+			if w := s.take(at, charged, in.cost); w > 0 {
+				throttled, wait = true, w
+				res.Status, res.Error = StatusThrottled, "throttled: capacity exhausted"
+				s.stats.Throttled++
+				break
+			}
+			charged += in.cost
+			if _, dup := s.stored[in.id]; dup {
+				res.Status = StatusDuplicate
+				s.stats.Duplicates++
+				break
+			}
+			s.stored[in.id] = struct{}{}
+			res.Status = StatusStored
+			s.stats.Accepted++
+			acceptedUnits += in.cost
+		}
+		results[i] = res
+	}
+	s.stats.Requests++
+	s.stats.Records += int64(len(recs))
+	s.stats.UnitsAccepted += acceptedUnits
+	s.stats.UnitsCharged += charged
+	if throttled {
+		s.stats.ThrottledRequests++
+	}
+	if charged > 0 {
+		if s.cfg.Mode == ModeWindow {
+			s.admit.add(at, charged)
+		}
+		s.win1s.add(at, charged)
+		s.win200.add(at, charged)
+		if i := int(at / seriesStep); i < maxSeries {
+			for len(s.series) <= i {
+				s.series = append(s.series, 0)
+			}
+			s.series[i] += charged
+		}
+	}
+	return results, wait
+}
+
+// take charges cost units at at, on top of pending units already charged at
+// at by the same request, and returns 0; or, if they do not fit, charges
+// nothing and returns how long until they would (> 0).
+func (s *Sim) take(at time.Duration, pending, cost int64) time.Duration {
+	if s.cfg.Mode == ModeWindow {
+		return s.admit.waitFor(at, pending, cost, s.cfg.Capacity)
+	}
+	need := cost * int64(time.Second)
+	if s.tokens >= need {
+		s.tokens -= need
+		return 0
+	}
+	return time.Duration(ceilDiv(need-s.tokens, s.cfg.Capacity))
+}
+
+// refill adds Capacity units/s to the bucket since the last refill, exactly:
+// tokens are kept in units × 1e9, so one nanosecond adds Capacity of them.
+func (s *Sim) refill(at time.Duration) {
+	full := s.cfg.Capacity * int64(time.Second)
+	elapsed := at - s.filled
+	s.filled = at
+	if elapsed >= time.Second {
+		s.tokens = full
+		return
+	}
+	s.tokens = min(full, s.tokens+int64(elapsed)*s.cfg.Capacity)
+}
+
+// now returns the accounting time: the offset of the clock from the epoch,
+// never less than the previous one. Called with mu held.
+func (s *Sim) now() time.Duration {
+	at := s.clock().Sub(s.epoch)
+	if at > s.last {
+		s.last = at
+	}
+	return s.last
+}
+
+func (s *Sim) countMalformed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Requests++
+	s.stats.Malformed++
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v) // the client may be gone; nothing to do
+}
+
+// ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

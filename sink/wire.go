@@ -1,0 +1,81 @@
+package sink
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// Wire protocol paths, relative to the sink's base URL. See the package doc.
+const (
+	PathRecords = "/v1/records"
+	PathStats   = "/v1/stats"
+	PathReset   = "/v1/reset"
+)
+
+// Per-record statuses of the wire protocol (WireResult.Status).
+const (
+	StatusStored     = 201 // stored for the first time
+	StatusDuplicate  = 200 // ID already stored; charged, not stored again
+	StatusThrottled  = 429 // no capacity left; retry after Retry-After
+	StatusRejected   = 400 // invalid record; permanent
+	StatusFailed     = 503 // injected transient failure; retryable
+	HeaderRetryAfter = "Retry-After"
+	// HeaderRetryAfterMs is Cosmos DB's millisecond-precision companion of
+	// Retry-After (x-ms-retry-after-ms); the client prefers it, because a
+	// whole second is five 200 ms slices.
+	HeaderRetryAfterMs = "x-ms-retry-after-ms"
+)
+
+// WireRecord is one element of the JSON array POSTed to /v1/records.
+type WireRecord struct {
+	// ID is the idempotency key; required, non-empty.
+	ID string `json:"id"`
+	// Cost is the units the record is charged, ≥ 1. When absent the sink
+	// charges by its unit: 1 for records and cost, len(value) for bytes.
+	Cost *int64 `json:"cost,omitempty"`
+	// Value is the payload; the emulator requires a JSON object.
+	Value json.RawMessage `json:"value"`
+}
+
+// WireResult is the sink's answer for one record, in request order.
+type WireResult struct {
+	ID     string `json:"id"`
+	Status int    `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
+
+// WireResponse is the body of every /v1/records answer. Results has one
+// entry per request element when the body was a JSON array; Error explains
+// a whole-request failure (malformed body, too large).
+type WireResponse struct {
+	Results []WireResult `json:"results"`
+	Error   string       `json:"error,omitempty"`
+}
+
+// SimStats is the body of GET /v1/stats: ingest.SinkStats plus the
+// emulator's own figures. A client that decodes it into ingest.SinkStats
+// ignores the extras.
+type SimStats struct {
+	ingest.SinkStats
+	// Mode is "bucket" or "window".
+	Mode string `json:"mode"`
+	// Unit is what Capacity counts.
+	Unit ingest.Unit `json:"unit"`
+	// UnitsCharged counts every admitted unit: accepted records and
+	// duplicates (a real service charges both). The window maxima count
+	// these units.
+	UnitsCharged int64 `json:"units_charged"`
+	// ThrottledRequests counts requests with at least one record answered
+	// 429 (the "throttles" measure is ThrottledRequests ÷ Requests).
+	ThrottledRequests int64 `json:"throttled_requests"`
+	// Malformed counts requests refused as a whole (bad body, too large).
+	Malformed int64 `json:"malformed_requests"`
+	// SeriesStart is when the first 200 ms bucket of UnitsPer200ms starts
+	// (the emulator's start or last reset). Only with ?series=1.
+	SeriesStart time.Time `json:"series_start,omitzero"`
+	// UnitsPer200ms is the units charged in each consecutive 200 ms bucket
+	// since SeriesStart, up to the last admission. Only with ?series=1.
+	UnitsPer200ms []int64 `json:"units_per_200ms,omitempty"`
+}
