@@ -1,0 +1,191 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// ErrUnknownTopic is returned (wrapped) when a topic does not exist.
+var ErrUnknownTopic = errors.New("queue: unknown topic")
+
+// adminTimeout bounds each admin call whose ctx has no earlier deadline.
+const adminTimeout = 30 * time.Second
+
+// Admin reads offsets for a bulk load's progress; it implements
+// ingest.Offsets. The zero value is unusable: set Brokers.
+type Admin struct {
+	// Brokers are the bootstrap brokers, "host:port". Required.
+	Brokers []string
+}
+
+var _ ingest.Offsets = Admin{}
+
+// EndOffsets returns EndOffsets(ctx, a.Brokers, topic).
+func (a Admin) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
+	return EndOffsets(ctx, a.Brokers, topic)
+}
+
+// CommittedOffsets returns CommittedOffsets(ctx, a.Brokers, group, topic).
+func (a Admin) CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error) {
+	return CommittedOffsets(ctx, a.Brokers, group, topic)
+}
+
+// withClient runs fn with a kafka-go client of its own, closing its
+// connections afterwards. Each call is bounded by adminTimeout.
+func withClient(ctx context.Context, brokers []string, fn func(context.Context, *kafka.Client) error) error {
+	if len(brokers) == 0 {
+		return fmt.Errorf("%w: no brokers", ErrInvalidConfig)
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	transport := &kafka.Transport{}
+	defer transport.CloseIdleConnections()
+	return fn(ctx, &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport})
+}
+
+// EnsureTopic creates topic with partitions partitions and the broker's
+// default replication factor, unless it exists (an existing topic is left
+// as it is, whatever its partition count), and waits until every partition
+// has a leader. Idempotent; use it for "<topic>.dlq" too. Bounded by ctx and
+// 30 s.
+func EnsureTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
+	if topic == "" {
+		return fmt.Errorf("ensure topic: %w", ErrNoTopic)
+	}
+	if partitions < 1 {
+		return fmt.Errorf("ensure topic %q: %w: partitions must be ≥ 1 (got %d)", topic, ErrInvalidConfig, partitions)
+	}
+	return withClient(ctx, brokers, func(ctx context.Context, c *kafka.Client) error {
+		res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+			Topic: topic, NumPartitions: partitions, ReplicationFactor: -1,
+		}}})
+		if err != nil {
+			return fmt.Errorf("create topic %q: %w", topic, err)
+		}
+		if err := res.Errors[topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %q: %w", topic, err)
+		}
+		// Wait until the topic is visible with a leader per partition
+		// (creation is asynchronous on a real cluster).
+		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			_, err := partitionsOf(ctx, c, topic)
+			if err == nil {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("wait for topic %q: %w (last error: %w)", topic, context.Cause(ctx), err)
+			case <-time.After(wait):
+			}
+		}
+	})
+}
+
+// partitionsOf returns the partition IDs of topic, an error unless every
+// partition has a leader.
+func partitionsOf(ctx context.Context, c *kafka.Client, topic string) ([]int, error) {
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("read metadata of topic %q: %w", topic, err)
+	}
+	for _, t := range md.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if errors.Is(t.Error, kafka.UnknownTopicOrPartition) {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+		}
+		if t.Error != nil {
+			return nil, fmt.Errorf("read metadata of topic %q: %w", topic, t.Error)
+		}
+		if len(t.Partitions) == 0 {
+			return nil, fmt.Errorf("topic %q has no partitions yet", topic)
+		}
+		ids := make([]int, len(t.Partitions))
+		for i, p := range t.Partitions {
+			if p.Error != nil {
+				return nil, fmt.Errorf("topic %q partition %d: %w", topic, p.ID, p.Error)
+			}
+			if p.Leader.Host == "" {
+				return nil, fmt.Errorf("topic %q partition %d has no leader", topic, p.ID)
+			}
+			ids[i] = p.ID
+		}
+		return ids, nil
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+}
+
+// EndOffsets returns the high watermark of each partition of topic (the
+// offset the next produced record gets; every record below it is readable).
+// It fails, wrapping ErrUnknownTopic, when the topic does not exist.
+func EndOffsets(ctx context.Context, brokers []string, topic string) (map[int]int64, error) {
+	var out map[int]int64
+	err := withClient(ctx, brokers, func(ctx context.Context, c *kafka.Client) error {
+		ids, err := partitionsOf(ctx, c, topic)
+		if err != nil {
+			return err
+		}
+		reqs := make([]kafka.OffsetRequest, len(ids))
+		for i, id := range ids {
+			reqs[i] = kafka.LastOffsetOf(id)
+		}
+		res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+		if err != nil {
+			return fmt.Errorf("list end offsets of topic %q: %w", topic, err)
+		}
+		out = make(map[int]int64, len(ids))
+		for _, p := range res.Topics[topic] {
+			if p.Error != nil {
+				return fmt.Errorf("list end offsets of topic %q partition %d: %w", topic, p.Partition, p.Error)
+			}
+			out[p.Partition] = p.LastOffset
+		}
+		if len(out) != len(ids) {
+			return fmt.Errorf("list end offsets of topic %q: %d of %d partitions answered", topic, len(out), len(ids))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// CommittedOffsets returns group's committed offset ("next offset to read")
+// of each partition of topic; a partition without a committed offset is
+// absent from the map. It fails, wrapping ErrUnknownTopic, when the topic
+// does not exist; an unknown group has no committed offsets.
+func CommittedOffsets(ctx context.Context, brokers []string, group, topic string) (map[int]int64, error) {
+	if group == "" {
+		return nil, fmt.Errorf("%w: no consumer group", ErrInvalidConfig)
+	}
+	var out map[int]int64
+	err := withClient(ctx, brokers, func(ctx context.Context, c *kafka.Client) error {
+		ids, err := partitionsOf(ctx, c, topic)
+		if err != nil {
+			return err
+		}
+		res, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
+		if err == nil {
+			err = res.Error
+		}
+		if err != nil {
+			return fmt.Errorf("fetch committed offsets of group %q on topic %q: %w", group, topic, err)
+		}
+		out = make(map[int]int64, len(ids))
+		for _, p := range res.Topics[topic] {
+			if p.Error != nil {
+				return fmt.Errorf("fetch committed offsets of group %q on topic %q partition %d: %w", group, topic, p.Partition, p.Error)
+			}
+			if p.CommittedOffset >= 0 {
+				out[p.Partition] = p.CommittedOffset
+			}
+		}
+		return nil
+	})
+	return out, err
+}

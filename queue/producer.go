@@ -1,0 +1,187 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// ErrNoTopic is returned (wrapped) when a record to produce or dead-letter
+// names no topic.
+var ErrNoTopic = errors.New("queue: no topic")
+
+// ProducerConfig configures a Producer or a DeadLetterWriter.
+type ProducerConfig struct {
+	// Brokers are the bootstrap brokers, "host:port". Required.
+	Brokers []string
+	// BatchTimeout is how long the writer waits to fill a batch before
+	// sending it. Default 5 ms (short: Produce is synchronous, so this is
+	// latency added to each call).
+	BatchTimeout time.Duration
+	// BatchSize is the most messages per batch and partition. Default 500.
+	BatchSize int
+	// BatchBytes is the most bytes per batch and partition request; a
+	// single larger message fails with kafka.MessageTooLargeError. Default
+	// 1 MiB (Kafka's default message.max.bytes is about that).
+	BatchBytes int64
+	// WriteTimeout bounds one produce request to a broker. Default 10 s.
+	WriteTimeout time.Duration
+	// MaxAttempts is how many times a batch is tried before Produce fails.
+	// Default 10.
+	MaxAttempts int
+	// Logger receives the writer's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (cfg *ProducerConfig) fill() error {
+	cfg.BatchTimeout = cmp.Or(cfg.BatchTimeout, 5*time.Millisecond)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
+	cfg.BatchBytes = cmp.Or(cfg.BatchBytes, 1<<20)
+	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, 10*time.Second)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	switch {
+	case len(cfg.Brokers) == 0:
+		return fmt.Errorf("%w: no brokers", ErrInvalidConfig)
+	case cfg.BatchTimeout < 0 || cfg.WriteTimeout < 0:
+		return fmt.Errorf("%w: durations must be > 0", ErrInvalidConfig)
+	case cfg.BatchSize < 1 || cfg.BatchBytes < 1 || cfg.MaxAttempts < 1:
+		return fmt.Errorf("%w: BatchSize, BatchBytes and MaxAttempts must be ≥ 1", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Producer appends records to topics with kafka-go's Writer: synchronous
+// (Produce returns once every record is acknowledged), RequiredAcks
+// RequireAll (acknowledged by all in-sync replicas), and partitioned by key
+// with the murmur2 hash of the Java client, so a key lands on the same
+// partition whichever client produced it. It implements ingest.Producer.
+type Producer struct {
+	w         *kafka.Writer
+	transport *kafka.Transport
+}
+
+var _ ingest.Producer = (*Producer)(nil)
+
+// NewProducer validates cfg and creates the producer; it connects lazily.
+func NewProducer(cfg ProducerConfig) (*Producer, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	transport := &kafka.Transport{}
+	return &Producer{
+		transport: transport,
+		w: &kafka.Writer{
+			Addr:         kafka.TCP(cfg.Brokers...),
+			Balancer:     kafka.Murmur2Balancer{},
+			RequiredAcks: kafka.RequireAll,
+			Async:        false,
+			BatchTimeout: cfg.BatchTimeout,
+			BatchSize:    cfg.BatchSize,
+			BatchBytes:   cfg.BatchBytes,
+			WriteTimeout: cfg.WriteTimeout,
+			MaxAttempts:  cfg.MaxAttempts,
+			Transport:    transport,
+			Logger:       kafkaLogger(cfg.Logger, slog.LevelDebug),
+			ErrorLogger:  kafkaLogger(cfg.Logger, slog.LevelWarn),
+		},
+	}, nil
+}
+
+// Produce writes recs to topic and returns once all are acknowledged by
+// every in-sync replica. Each message's key is rec.Key, or rec.ID when the
+// key is empty; rec.ID travels in the "sluice-id" header. On error some
+// records may have been written (producing again is safe: the sink dedupes
+// by ID).
+func (p *Producer) Produce(ctx context.Context, topic string, recs []ingest.Record) error {
+	if topic == "" {
+		return fmt.Errorf("produce: %w", ErrNoTopic)
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	msgs := make([]kafka.Message, len(recs))
+	for i, rec := range recs {
+		msgs[i] = message(topic, rec)
+	}
+	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("produce %d records to topic %q: %w", len(recs), topic, err)
+	}
+	return nil
+}
+
+// message builds the Kafka message of rec.
+func message(topic string, rec ingest.Record, headers ...kafka.Header) kafka.Message {
+	key := rec.Key
+	if len(key) == 0 && rec.ID != "" {
+		key = []byte(rec.ID)
+	}
+	if rec.ID != "" {
+		headers = append(headers, kafka.Header{Key: HeaderID, Value: []byte(rec.ID)})
+	}
+	return kafka.Message{Topic: topic, Key: key, Value: rec.Value, Headers: headers}
+}
+
+// Close flushes and closes the writer and its connections.
+func (p *Producer) Close() error {
+	err := p.w.Close()
+	p.transport.CloseIdleConnections()
+	if err != nil {
+		return fmt.Errorf("close Kafka writer: %w", err)
+	}
+	return nil
+}
+
+// DeadLetterWriter stores records that can never be written in the
+// dead-letter topic "<topic>.dlq" of the topic they came from, with the
+// same key and value and the headers "sluice-reason" (why),
+// "sluice-id" (the record ID) and "sluice-source" ("topic/partition@offset",
+// only for records consumed from Kafka, i.e. Pos.Offset ≥ 0; malformed input
+// rows carry their file:line in the reason instead). Writes are synchronous
+// with RequireAll, like Producer. It implements ingest.DeadLetters.
+type DeadLetterWriter struct {
+	p *Producer
+}
+
+var _ ingest.DeadLetters = (*DeadLetterWriter)(nil)
+
+// DeadLetterTopic returns the dead-letter topic of topic.
+func DeadLetterTopic(topic string) string { return topic + ".dlq" }
+
+// NewDeadLetterWriter validates cfg and creates the writer; it connects
+// lazily. The dead-letter topics must exist (EnsureTopic).
+func NewDeadLetterWriter(cfg ProducerConfig) (*DeadLetterWriter, error) {
+	p, err := NewProducer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &DeadLetterWriter{p: p}, nil
+}
+
+// DeadLetter writes rec to DeadLetterTopic(rec.Pos.Topic) with reason and
+// returns nil once every in-sync replica has it. It fails (wrapping
+// ErrNoTopic) when rec.Pos.Topic is empty.
+func (d *DeadLetterWriter) DeadLetter(ctx context.Context, rec ingest.Record, reason string) error {
+	if rec.Pos.Topic == "" {
+		return fmt.Errorf("dead-letter record %q: %w", rec.ID, ErrNoTopic)
+	}
+	headers := []kafka.Header{{Key: HeaderReason, Value: []byte(reason)}}
+	if rec.Pos.Offset >= 0 {
+		headers = append(headers, kafka.Header{Key: HeaderSource, Value: []byte(rec.Pos.String())})
+	}
+	topic := DeadLetterTopic(rec.Pos.Topic)
+	if err := d.p.w.WriteMessages(ctx, message(topic, rec, headers...)); err != nil {
+		return fmt.Errorf("dead-letter record %q from %s to topic %q: %w", rec.ID, rec.Pos, topic, err)
+	}
+	return nil
+}
+
+// Close flushes and closes the writer and its connections.
+func (d *DeadLetterWriter) Close() error { return d.p.Close() }

@@ -1,0 +1,334 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// Header names sluice sets on the messages it produces.
+const (
+	// HeaderID carries the record's idempotency key (ingest.Record.ID).
+	HeaderID = "sluice-id"
+	// HeaderReason carries why a record was dead-lettered.
+	HeaderReason = "sluice-reason"
+	// HeaderSource carries where a dead-lettered record was consumed,
+	// "topic/partition@offset".
+	HeaderSource = "sluice-source"
+)
+
+var (
+	// ErrCloseTimeout is returned (wrapped) when the Kafka reader did not
+	// close within SourceConfig.CloseTimeout.
+	ErrCloseTimeout = errors.New("queue: closing the Kafka reader timed out")
+	// ErrInvalidConfig is returned (wrapped) by constructors given an
+	// unusable configuration.
+	ErrInvalidConfig = errors.New("queue: invalid configuration")
+)
+
+// SourceConfig configures a Source.
+type SourceConfig struct {
+	// Brokers are the bootstrap brokers, "host:port". Required.
+	Brokers []string
+	// Topic is the topic to consume. Required.
+	Topic string
+	// Group is the consumer group; its members share the topic's
+	// partitions and its committed offsets are where a restart resumes.
+	// Required.
+	Group string
+	// CommitInterval is how often Run commits the offsets that advanced.
+	// Default 200 ms (one pacing slice).
+	CommitInterval time.Duration
+	// CommitTimeout bounds one commit, which blocks while the group
+	// rebalances. A commit that fails is retried at the next interval.
+	// Default 5 s.
+	CommitTimeout time.Duration
+	// CloseTimeout bounds the final commit and, separately, closing the
+	// reader (leaving the group) when Run stops. Default 5 s.
+	CloseTimeout time.Duration
+	// MaxWait is how long the broker holds a fetch open when no data is
+	// available (with MinBytes 1 a fetch returns as soon as one record is
+	// there, so this only affects an idle topic). Default 250 ms.
+	MaxWait time.Duration
+	// MaxBytes is the most bytes one fetch returns per partition; it must
+	// be at least the largest message. Default 10 MiB.
+	MaxBytes int
+	// QueueCapacity is how many fetched messages the reader buffers ahead
+	// of Fetch (the prefetch bound on memory). Default 100.
+	QueueCapacity int
+	// SessionTimeout is how long the group waits for a silent member
+	// before giving its partitions to others (a crashed worker's records
+	// are reclaimed after this). Default 10 s; the broker's
+	// group.min.session.timeout.ms (Kafka default 6 s) is the floor.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is how often the member heartbeats, which is also
+	// how soon it notices a rebalance. Default 1 s.
+	HeartbeatInterval time.Duration
+	// Logger receives the source's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Source consumes a topic in a consumer group with kafka-go's Reader
+// (FetchMessage, never ReadMessage; the reader's own CommitInterval is 0)
+// and commits, per partition, only offsets below which every fetched record
+// is Done. It implements ingest.Source; Run owns the reader.
+type Source struct {
+	cfg     SourceConfig
+	log     *slog.Logger
+	reader  *kafka.Reader
+	tracker *commitTracker
+
+	statsMu sync.Mutex // serializes reader.Stats, which resets its counters
+	joined  atomic.Bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ ingest.Source = (*Source)(nil)
+
+// NewSource validates cfg and creates the consumer. The reader starts
+// joining the group at once; call Run (or Close) so that it is closed.
+func NewSource(cfg SourceConfig) (*Source, error) {
+	cfg.CommitInterval = cmp.Or(cfg.CommitInterval, 200*time.Millisecond)
+	cfg.CommitTimeout = cmp.Or(cfg.CommitTimeout, 5*time.Second)
+	cfg.CloseTimeout = cmp.Or(cfg.CloseTimeout, 5*time.Second)
+	cfg.MaxWait = cmp.Or(cfg.MaxWait, 250*time.Millisecond)
+	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, 10<<20)
+	cfg.QueueCapacity = cmp.Or(cfg.QueueCapacity, 100)
+	cfg.SessionTimeout = cmp.Or(cfg.SessionTimeout, 10*time.Second)
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	switch {
+	case len(cfg.Brokers) == 0:
+		return nil, fmt.Errorf("%w: no brokers", ErrInvalidConfig)
+	case cfg.Topic == "":
+		return nil, fmt.Errorf("%w: no topic", ErrInvalidConfig)
+	case cfg.Group == "":
+		return nil, fmt.Errorf("%w: no consumer group", ErrInvalidConfig)
+	case cfg.CommitInterval < 0 || cfg.CommitTimeout < 0 || cfg.CloseTimeout < 0 || cfg.MaxWait < 0 || cfg.SessionTimeout < 0 || cfg.HeartbeatInterval < 0:
+		return nil, fmt.Errorf("%w: durations must be > 0", ErrInvalidConfig)
+	case cfg.MaxBytes < 1 || cfg.QueueCapacity < 1:
+		return nil, fmt.Errorf("%w: MaxBytes and QueueCapacity must be ≥ 1", ErrInvalidConfig)
+	case cfg.HeartbeatInterval >= cfg.SessionTimeout:
+		return nil, fmt.Errorf("%w: HeartbeatInterval (%s) must be below SessionTimeout (%s)", ErrInvalidConfig, cfg.HeartbeatInterval, cfg.SessionTimeout)
+	}
+	log := cfg.Logger.With("topic", cfg.Topic, "group", cfg.Group)
+	rc := kafka.ReaderConfig{
+		Brokers:           cfg.Brokers,
+		GroupID:           cfg.Group,
+		Topic:             cfg.Topic,
+		QueueCapacity:     cfg.QueueCapacity,
+		MinBytes:          1,
+		MaxBytes:          cfg.MaxBytes,
+		MaxWait:           cfg.MaxWait,
+		ReadLagInterval:   -1,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		SessionTimeout:    cfg.SessionTimeout,
+		CommitInterval:    0, // synchronous, explicit commits only
+		StartOffset:       kafka.FirstOffset,
+		Logger:            kafkaLogger(log, slog.LevelDebug),
+		ErrorLogger:       kafkaLogger(log, slog.LevelWarn),
+	}
+	if err := rc.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Source{cfg: cfg, log: log, reader: kafka.NewReader(rc), tracker: newCommitTracker()}, nil
+}
+
+// Fetch returns the next record, with Pos, Key and Value set and ID set
+// from the "sluice-id" header when present (else empty). It blocks until a
+// record is available or ctx is done, and then returns ctx's error. After
+// the source is closed it returns an error wrapping io.EOF.
+func (s *Source) Fetch(ctx context.Context) (ingest.Record, error) {
+	m, err := s.reader.FetchMessage(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ingest.Record{}, context.Cause(ctx)
+		}
+		return ingest.Record{}, fmt.Errorf("fetch from topic %q: %w", s.cfg.Topic, err)
+	}
+	if !s.joined.Load() {
+		// The first message comes after the reader joined the group, and
+		// the join counted as a rebalance: forget it, only later ones
+		// matter (see Run).
+		s.statsMu.Lock()
+		s.reader.Stats()
+		s.joined.Store(true)
+		s.statsMu.Unlock()
+	}
+	rec := recordOf(m)
+	if s.tracker.fetched(rec.Pos) {
+		s.log.Info("partition fetched again from an earlier offset, in-flight records will be redelivered",
+			"partition", rec.Pos.Partition, "offset", rec.Pos.Offset)
+	}
+	return rec, nil
+}
+
+// recordOf converts a fetched message.
+func recordOf(m kafka.Message) ingest.Record {
+	rec := ingest.Record{
+		Key:   m.Key,
+		Value: m.Value,
+		Pos:   ingest.Position{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset},
+	}
+	for _, h := range m.Headers {
+		if h.Key == HeaderID {
+			rec.ID = string(h.Value)
+		}
+	}
+	return rec
+}
+
+// Done marks a fetched record finished; its offset is committed by Run once
+// every record fetched before it on its partition is Done too. Safe for
+// concurrent use, in any order; duplicates and records this source did not
+// fetch are ignored.
+func (s *Source) Done(rec ingest.Record) {
+	if !s.tracker.done(rec.Pos) {
+		s.log.Debug("done for a record not in flight ignored", "source", rec.Pos.String())
+	}
+}
+
+// InFlight returns the number of fetched records not yet Done.
+func (s *Source) InFlight() int { return s.tracker.inFlight() }
+
+// Run commits, every CommitInterval, each partition's offset that advanced.
+// A failed commit is logged and retried at the next interval. When ctx is
+// done it makes a final commit (bounded by CloseTimeout), then closes the
+// reader, leaving the group (bounded by CloseTimeout, error wrapping
+// ErrCloseTimeout). It returns nil on a clean stop, else the final commit's
+// and the close's errors joined.
+func (s *Source) Run(ctx context.Context) error {
+	tick := time.NewTicker(s.cfg.CommitInterval)
+	defer tick.Stop()
+	errLog := newErrLogLimiter(5 * time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CloseTimeout)
+			err := s.commit(final)
+			cancel()
+			if err != nil {
+				err = fmt.Errorf("final commit: %w", err)
+			}
+			return errors.Join(err, s.Close())
+		case <-tick.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.CommitTimeout)
+		err := s.commit(cctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && errLog.allow() {
+			s.log.Warn("commit failed, retrying at the next interval", "err", err, "in_flight", s.tracker.inFlight())
+		}
+	}
+}
+
+// commit commits what the tracker offers.
+func (s *Source) commit(ctx context.Context) error {
+	if s.joined.Load() {
+		s.statsMu.Lock()
+		rebalances := s.reader.Stats().Rebalances
+		s.statsMu.Unlock()
+		if rebalances > 0 {
+			// The reader moved to a new generation: partitions may have
+			// been revoked, and those kept are fetched again from the
+			// group's committed offset. Commit none until fetched again.
+			s.tracker.suspendAll()
+			s.log.Info("group rebalanced, partitions wait for their next fetch before committing")
+		}
+	}
+	commits := s.tracker.committable()
+	if len(commits) == 0 {
+		return nil
+	}
+	msgs := make([]kafka.Message, len(commits))
+	for i, c := range commits {
+		// kafka-go commits Offset+1: the next offset to read.
+		msgs[i] = kafka.Message{Topic: c.topic, Partition: c.partition, Offset: c.offset - 1}
+	}
+	if err := s.reader.CommitMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("commit offsets of group %q on topic %q: %w", s.cfg.Group, s.cfg.Topic, err)
+	}
+	for _, c := range commits {
+		s.tracker.committed(c)
+	}
+	s.log.Debug("offsets committed", "partitions", len(commits))
+	return nil
+}
+
+// Close closes the reader, leaving the group, without committing; bounded
+// by CloseTimeout (an error wrapping ErrCloseTimeout, and the close goes on
+// in the background). Run calls it; call it directly only when Run never
+// ran. Idempotent.
+func (s *Source) Close() error {
+	s.closeOnce.Do(func() {
+		s.closeErr = closeBounded(s.reader.Close, s.cfg.CloseTimeout, "Kafka reader")
+	})
+	return s.closeErr
+}
+
+// closeBounded runs close, giving up after timeout.
+func closeBounded(close func() error, timeout time.Duration, what string) error {
+	done := make(chan error, 1)
+	go func() { done <- close() }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("close %s: %w", what, err)
+		}
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("close %s: %w after %s", what, ErrCloseTimeout, timeout)
+	}
+}
+
+// kafkaLogger adapts kafka-go's printf logging to slog at level.
+func kafkaLogger(log *slog.Logger, level slog.Level) kafka.LoggerFunc {
+	limit := newErrLogLimiter(5 * time.Second)
+	return func(format string, args ...any) {
+		if !log.Enabled(context.Background(), level) {
+			return
+		}
+		for _, a := range args {
+			if err, ok := a.(error); ok && errors.Is(err, context.Canceled) {
+				return // shutting down
+			}
+		}
+		if level >= slog.LevelWarn && !limit.allow() {
+			return
+		}
+		log.Log(context.Background(), level, "kafka client", "detail", fmt.Sprintf(format, args...))
+	}
+}
+
+// errLogLimiter lets one log line through per interval.
+type errLogLimiter struct {
+	every time.Duration
+	mu    sync.Mutex
+	next  time.Time
+}
+
+func newErrLogLimiter(every time.Duration) *errLogLimiter { return &errLogLimiter{every: every} }
+
+func (l *errLogLimiter) allow() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if now.Before(l.next) {
+		return false
+	}
+	l.next = now.Add(l.every)
+	return true
+}

@@ -1,0 +1,210 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// produceN writes n records with IDs "r0".."r{n-1}" to topic.
+func produceN(t *testing.T, topic string, n int) {
+	t.Helper()
+	p, err := NewProducer(ProducerConfig{Brokers: testBrokers, Logger: testLogger()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close()) }()
+	recs := make([]ingest.Record, n)
+	for i := range recs {
+		recs[i] = ingest.Record{ID: fmt.Sprintf("r%d", i), Value: fmt.Appendf(nil, `{"n":%d}`, i)}
+	}
+	require.NoError(t, p.Produce(testContext(t), topic, recs))
+}
+
+func newTestSource(t *testing.T, topic, group string) *Source {
+	t.Helper()
+	s, err := NewSource(SourceConfig{
+		Brokers: testBrokers, Topic: topic, Group: group, Logger: testLogger(),
+		CommitInterval: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	return s
+}
+
+// runSource runs s.Run in the background; the returned stop cancels it and
+// returns Run's error.
+func runSource(t *testing.T, s *Source) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	stopped := false
+	var err error
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			err = <-done
+		}
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func fetchN(t *testing.T, s *Source, n int) []ingest.Record {
+	t.Helper()
+	ctx := testContext(t)
+	out := make([]ingest.Record, 0, n)
+	for range n {
+		rec, err := s.Fetch(ctx)
+		require.NoError(t, err)
+		out = append(out, rec)
+	}
+	return out
+}
+
+func byPartition(recs []ingest.Record) map[int][]ingest.Record {
+	out := map[int][]ingest.Record{}
+	for _, r := range recs {
+		out[r.Pos.Partition] = append(out[r.Pos.Partition], r)
+	}
+	return out
+}
+
+func committed(t *testing.T, group, topic string) map[int]int64 {
+	t.Helper()
+	got, err := CommittedOffsets(testContext(t), testBrokers, group, topic)
+	require.NoError(t, err)
+	return got
+}
+
+// The whole at-least-once contract against a broker: out-of-order Done
+// commits exactly the contiguous Done prefix per partition, and a restart
+// in the same group resumes right there — nothing lost, nothing beyond the
+// records not Done redelivered.
+func TestSourceCommitsContiguousDoneAndResumes(t *testing.T) {
+	t.Parallel()
+	const n, partitions = 90, 3
+	topic, group := newTopic(t, partitions), "g-"+t.Name()
+	produceN(t, topic, n)
+
+	src := newTestSource(t, topic, group)
+	stop := runSource(t, src)
+	recs := fetchN(t, src, n)
+	ids := map[string]bool{}
+	for _, r := range recs {
+		require.NotEmpty(t, r.ID, "ID comes from the sluice-id header")
+		require.Equal(t, []byte(r.ID), r.Key, "key defaults to the ID")
+		require.JSONEq(t, fmt.Sprintf(`{"n":%s}`, r.ID[1:]), string(r.Value))
+		ids[r.ID] = true
+	}
+	require.Len(t, ids, n)
+
+	// Per partition: Done everything in reverse order except the record at
+	// position hole, so the commit must stop right at the hole.
+	want := map[int]int64{}
+	parts := byPartition(recs)
+	require.Len(t, parts, partitions, "the hash balancer spreads the keys")
+	for p, rs := range parts {
+		hole := len(rs) / 2
+		want[p] = rs[hole].Pos.Offset
+		for i := len(rs) - 1; i >= 0; i-- {
+			if i != hole {
+				src.Done(rs[i])
+				src.Done(rs[i]) // duplicates are harmless
+			}
+		}
+	}
+	require.Equal(t, partitions, src.InFlight())
+	require.Eventually(t, func() bool { return maps.Equal(committed(t, group, topic), want) }, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, stop(), "clean stop")
+	require.Equal(t, want, committed(t, group, topic), "never beyond the first record not Done")
+
+	// Restart: the new member resumes at the hole of each partition.
+	src2 := newTestSource(t, topic, group)
+	stop2 := runSource(t, src2)
+	var redelivered int
+	for p, rs := range parts {
+		redelivered += len(rs) - len(rs)/2
+		_ = p
+	}
+	again := fetchN(t, src2, redelivered)
+	for p, rs := range byPartition(again) {
+		orig := parts[p]
+		hole := len(orig) / 2
+		require.Len(t, rs, len(orig)-hole, "partition %d", p)
+		for i, r := range rs {
+			require.Equal(t, orig[hole+i].Pos, r.Pos, "partition %d resumes at the committed offset, in order", p)
+			require.Equal(t, orig[hole+i].ID, r.ID)
+			src2.Done(r)
+		}
+	}
+	require.NoError(t, stop2())
+	end, err := EndOffsets(testContext(t), testBrokers, topic)
+	require.NoError(t, err)
+	require.Equal(t, end, committed(t, group, topic), "everything Done is committed on stop")
+}
+
+// Run's final commit on stop includes what was Done since the last tick.
+func TestSourceFinalCommitOnStop(t *testing.T) {
+	t.Parallel()
+	topic, group := newTopic(t, 1), "g-"+t.Name()
+	produceN(t, topic, 5)
+	src, err := NewSource(SourceConfig{Brokers: testBrokers, Topic: topic, Group: group, Logger: testLogger(), CommitInterval: time.Hour})
+	require.NoError(t, err)
+	stop := runSource(t, src)
+	recs := fetchN(t, src, 5)
+	for _, r := range recs[:3] {
+		src.Done(r)
+	}
+	require.Empty(t, committed(t, group, topic), "no tick yet")
+	require.NoError(t, stop())
+	require.Equal(t, map[int]int64{0: recs[2].Pos.Offset + 1}, committed(t, group, topic))
+}
+
+func TestSourceFetchReturnsContextError(t *testing.T) {
+	t.Parallel()
+	topic := newTopic(t, 1)
+	src := newTestSource(t, topic, "g-"+t.Name())
+	stop := runSource(t, src)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cause := errors.New("test stop")
+	cancel(cause)
+	_, err := src.Fetch(ctx)
+	require.ErrorIs(t, err, cause)
+	require.NoError(t, stop())
+	_, err = src.Fetch(testContext(t))
+	require.Error(t, err, "closed")
+}
+
+func TestNewSourceValidates(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]SourceConfig{
+		"no brokers":          {Topic: "t", Group: "g"},
+		"no topic":            {Brokers: []string{"127.0.0.1:1"}, Group: "g"},
+		"no group":            {Brokers: []string{"127.0.0.1:1"}, Topic: "t"},
+		"negative interval":   {Brokers: []string{"127.0.0.1:1"}, Topic: "t", Group: "g", CommitInterval: -1},
+		"heartbeat ≥ session": {Brokers: []string{"127.0.0.1:1"}, Topic: "t", Group: "g", HeartbeatInterval: 10 * time.Second, SessionTimeout: 5 * time.Second},
+		"negative max bytes":  {Brokers: []string{"127.0.0.1:1"}, Topic: "t", Group: "g", MaxBytes: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewSource(cfg)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+		})
+	}
+}
+
+func TestCloseBoundedTimesOut(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	defer close(release)
+	err := closeBounded(func() error { <-release; return nil }, 10*time.Millisecond, "thing")
+	require.ErrorIs(t, err, ErrCloseTimeout)
+	require.ErrorContains(t, err, "10ms")
+	require.NoError(t, closeBounded(func() error { return nil }, time.Second, "thing"))
+}
