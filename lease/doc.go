@@ -1,0 +1,88 @@
+// Package lease shares a throttled resource's capacity among uncoordinated
+// workers through leases on capacity partitions kept in Redis.
+//
+// # Pools and partitions
+//
+// A Pool is one throttled resource: Capacity in Unit per second (records/s,
+// bytes/s or cost units/s), split into Partitions P of Capacity/P units/s
+// each (PartitionRate), leased for TTL (default 15 s). EnsurePool stores the
+// definition in Redis; a worker started with a different one gets an error
+// wrapping ErrPoolMismatch that names both.
+//
+// # Guarantee
+//
+// A Manager reports, as ingest.Capacity, the rate of the leases it can
+// prove valid. A lease counts PartitionRate from the instant its lock
+// returned until the first of: the Manager releases it (it stops counting
+// before Unlock is sent), an extend fails (it stops counting at once), or
+// the instant Until() − Margin, where Until() is redsync's conservative
+// validity (start of the lock/extend call + TTL − 1 % of TTL) and
+//
+//	Margin ≥ RequestTimeout + Slice + Drift   (default exactly that: 2 s + 200 ms + 2 ms + TTL/100)
+//
+// A pacer that releases work only against counted rate finishes the last
+// slice's requests (at most Slice + RequestTimeout later) before the key can
+// expire in Redis, with Drift left for clock-rate differences; a peer can
+// only take the partition after the key is deleted or expired. So at every
+// instant the partitions counted by all workers are disjoint and the sum of
+// their rates is ≤ Capacity. This holds unless a fault outlasts the margin
+// (a process paused longer than Margin while sending, Redis losing its
+// data), and then only for the affected partitions, for at most one margin
+// plus one renewal interval.
+//
+// Credit(from, to) is the exact integral of that counted rate over [from,
+// to): each lease contributes PartitionRate × |[from, to) ∩ [acquired,
+// stopped counting)|. It never changes for instants already past (an extend
+// that returns after the lease stopped counting starts a new interval
+// instead of filling the gap), and leases that stopped counting are kept
+// for HistoryKeep (10 s). Across a hand-over the giver's credit ends when it
+// stops counting, before its Unlock, and the taker's starts after its lock
+// returned, so the workers' credits never overlap on a partition and no
+// delay is needed between them.
+//
+// # Leases and renewal
+//
+// Each partition is one redsync mutex taken with a single try
+// (redsync.WithTries(1)) on partitions this worker does not hold, those
+// that look free first, in random order, several per tick when the worker
+// is below its share. Several Redis clients passed to New are independent
+// masters; a lock, extend or unlock then needs a quorum of len/2+1. Each
+// lease is extended with ExtendContext RenewEvery (default TTL/3) after its
+// last lock or extend, under a deadline at its counting end. New requires
+// Margin + RenewEvery ≤ 90 % of TTL. On exit Run stops counting every lease,
+// unlocks it (each bounded by RequestTimeout) and withdraws the worker, so
+// peers need not wait out the TTL.
+//
+// # Fair share
+//
+// Every Tick (default 250 ms) a worker announces its demand in partitions,
+// ceil(demand / PartitionRate) capped at P (+Inf, a backlog, asks for P; 0
+// for none), and reads the live members. Every worker computes the same
+// max-min water-filling share from the same list: each member gets min(its
+// want, a common level), the leftover partitions when the level cannot be
+// equal going to the lowest worker IDs, so shares sum to min(P, Σ wants).
+// A worker releases partitions above its share at once and acquires up to
+// it; below its share with nothing free (a peer has not released yet) it
+// retries after Tick/5. A worker with demand 0 holds nothing after its next
+// tick. Nobody can hoard the pool.
+//
+// # Redis keys
+//
+// With prefix (default "sluice") and pool name:
+//
+//	{prefix}:{pool}:def          string, JSON definition {"name","capacity","unit","partitions","ttl"}; no TTL
+//	{prefix}:{pool}:p:{i}        string, partition i's redsync lock; value "<worker ID>/<32 hex>"; PX = TTL
+//	{prefix}:{pool}:m:{worker}   string, "<want partitions> <demand units/s>"; PX = MemberTTL (default max(4 × Tick, 1 s))
+//	{prefix}:{pool}:members      set of worker IDs; entries whose m: key expired are removed by the
+//	                             member-listing script; the set itself expires after 24 h unused
+//
+// Membership uses a set rather than SCAN, whose cost grows with the whole
+// keyspace. The listing script reads keys it does not declare, so pools
+// live on standalone Redis masters (not Redis Cluster). Status reads the
+// same keys for `sluice pool status`.
+//
+// # In-process Redis
+//
+// For --embedded, miniredis (v2.40.0 and later) with ClockTTL(true) makes
+// key TTLs follow the real clock, so leases expire as in Redis.
+package lease

@@ -1,0 +1,210 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// DefaultTTL is the lease TTL of a pool that does not set one.
+const DefaultTTL = 15 * time.Second
+
+// DefaultPrefix is the Redis key prefix used when none is given.
+const DefaultPrefix = "sluice"
+
+var (
+	// ErrInvalidPool is wrapped by every error about a pool definition that
+	// cannot work (capacity ≤ 0, no partitions, bad name, ...).
+	ErrInvalidPool = errors.New("lease: invalid pool")
+	// ErrPoolMismatch is wrapped by the error EnsurePool returns when Redis
+	// already holds a different definition of the pool.
+	ErrPoolMismatch = errors.New("lease: pool definition mismatch")
+	// ErrNoPool is wrapped by Status when the pool is not defined in Redis.
+	ErrNoPool = errors.New("lease: pool not defined")
+)
+
+// Pool is one throttled resource whose capacity workers share through
+// leases on its partitions.
+type Pool struct {
+	// Name identifies the pool in Redis keys: letters, digits, '.', '_'
+	// and '-', at most 100 characters. Required.
+	Name string
+	// Capacity is the pool's provisioned rate, in Unit per second. Must be
+	// finite and > 0.
+	Capacity float64
+	// Unit is what Capacity counts. Default ingest.UnitRecords.
+	Unit ingest.Unit
+	// Partitions is the number of capacity partitions P the capacity is
+	// split into; each lease is worth Capacity/P units/s. Must be ≥ 1 and
+	// ≤ 10,000.
+	Partitions int
+	// TTL is how long a lease lives in Redis without renewal. Default 15 s;
+	// must be ≥ 100 ms (and, for a Manager, exceed its margin and renewal
+	// interval; see Config).
+	TTL time.Duration
+}
+
+// PartitionRate returns the rate one lease is worth, in units/s:
+// Capacity / Partitions.
+func (p Pool) PartitionRate() float64 {
+	if p.Partitions <= 0 {
+		return 0
+	}
+	return p.Capacity / float64(p.Partitions)
+}
+
+// withDefaults fills Unit and TTL.
+func (p Pool) withDefaults() Pool {
+	if p.Unit == "" {
+		p.Unit = ingest.UnitRecords
+	}
+	if p.TTL == 0 {
+		p.TTL = DefaultTTL
+	}
+	return p
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+
+// Validate reports, wrapping ErrInvalidPool, the first field of p (after
+// defaults) that cannot work, naming it.
+func (p Pool) Validate() error {
+	p = p.withDefaults()
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidPool, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !namePattern.MatchString(p.Name):
+		return invalid("pool name %q must be 1-100 letters, digits, '.', '_' or '-'", p.Name)
+	case math.IsNaN(p.Capacity) || math.IsInf(p.Capacity, 0) || p.Capacity <= 0:
+		return invalid("pool %q: capacity must be a finite number > 0 %s/s, got %v", p.Name, p.Unit, p.Capacity)
+	case p.Partitions < 1 || p.Partitions > 10000:
+		return invalid("pool %q: partitions must be between 1 and 10000, got %d", p.Name, p.Partitions)
+	case p.TTL < 100*time.Millisecond:
+		return invalid("pool %q: lease TTL must be ≥ 100ms, got %v", p.Name, p.TTL)
+	}
+	if _, err := ingest.ParseUnit(string(p.Unit)); err != nil {
+		return invalid("pool %q: unit: %v", p.Name, err)
+	}
+	return nil
+}
+
+// String describes the definition as the mismatch error shows it, e.g.
+// "capacity 2000 records/s, 20 partitions, ttl 15s".
+func (p Pool) String() string {
+	p = p.withDefaults()
+	return fmt.Sprintf("capacity %v %s/s, %d partitions, ttl %v", p.Capacity, p.Unit, p.Partitions, p.TTL)
+}
+
+// poolJSON is the stored and printed shape of a Pool.
+type poolJSON struct {
+	Name       string      `json:"name"`
+	Capacity   float64     `json:"capacity"`
+	Unit       ingest.Unit `json:"unit"`
+	Partitions int         `json:"partitions"`
+	TTL        string      `json:"ttl"`
+}
+
+// MarshalJSON encodes p with the TTL as a Go duration string ("15s").
+func (p Pool) MarshalJSON() ([]byte, error) {
+	return json.Marshal(poolJSON{p.Name, p.Capacity, p.Unit, p.Partitions, p.TTL.String()})
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (p *Pool) UnmarshalJSON(data []byte) error {
+	var j poolJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	ttl, err := time.ParseDuration(j.TTL)
+	if err != nil {
+		return fmt.Errorf("pool ttl: %w", err)
+	}
+	*p = Pool{Name: j.Name, Capacity: j.Capacity, Unit: j.Unit, Partitions: j.Partitions, TTL: ttl}
+	return nil
+}
+
+// keys is the Redis key layout of one pool.
+type keys struct{ base string }
+
+func keysFor(prefix, pool string) keys {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return keys{base: prefix + ":" + pool}
+}
+
+func (k keys) def() string            { return k.base + ":def" }
+func (k keys) partition(i int) string { return fmt.Sprintf("%s:p:%d", k.base, i) }
+func (k keys) members() string        { return k.base + ":members" }
+func (k keys) memberPrefix() string   { return k.base + ":m:" }
+func (k keys) member(worker string) string {
+	return k.memberPrefix() + worker
+}
+
+// EnsurePool stores p as the definition of pool p.Name under prefix
+// (DefaultPrefix when empty) if Redis has none, and otherwise checks that
+// the stored one is the same. It returns an error wrapping ErrInvalidPool
+// if p is invalid, one wrapping ErrPoolMismatch naming both definitions if
+// Redis holds a different one, and Redis errors as they come. With several
+// independent Redis masters, call it for each.
+func EnsurePool(ctx context.Context, client redis.UniversalClient, prefix string, p Pool) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	p = p.withDefaults()
+	data, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	key := keysFor(prefix, p.Name).def()
+	for range 3 {
+		set, err := client.SetNX(ctx, key, data, 0).Result()
+		if err != nil {
+			return fmt.Errorf("lease: store pool %q definition: %w", p.Name, err)
+		}
+		if set {
+			return nil
+		}
+		stored, err := loadPool(ctx, client, key)
+		if errors.Is(err, redis.Nil) {
+			continue // deleted in between: try to store it again
+		}
+		if err != nil {
+			return err
+		}
+		if !samePool(stored, p) {
+			return fmt.Errorf("%w: pool %q is defined in Redis (%s) with %s; this worker was started with %s",
+				ErrPoolMismatch, p.Name, key, stored, p)
+		}
+		return nil
+	}
+	return fmt.Errorf("lease: store pool %q definition: key %s keeps disappearing", p.Name, key)
+}
+
+func loadPool(ctx context.Context, client redis.UniversalClient, key string) (Pool, error) {
+	data, err := client.Get(ctx, key).Bytes()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return Pool{}, err
+		}
+		return Pool{}, fmt.Errorf("lease: read pool definition %s: %w", key, err)
+	}
+	var p Pool
+	if err := json.Unmarshal(data, &p); err != nil {
+		return Pool{}, fmt.Errorf("lease: pool definition %s is not valid JSON: %w", key, err)
+	}
+	return p, nil
+}
+
+func samePool(a, b Pool) bool {
+	return a.Capacity == b.Capacity && a.Unit == b.Unit && a.Partitions == b.Partitions && a.TTL == b.TTL
+}

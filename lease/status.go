@@ -1,0 +1,140 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PoolStatus is a snapshot of one pool as one Redis sees it, for `sluice
+// pool status`.
+type PoolStatus struct {
+	// Pool is the stored definition.
+	Pool Pool `json:"pool"`
+	// PartitionRate is Capacity / Partitions, in units/s.
+	PartitionRate float64 `json:"partition_rate"`
+	// Members are the workers announcing demand, by worker ID.
+	Members []MemberStatus `json:"members"`
+	// Partitions are all P partitions, by index.
+	Partitions []PartitionStatus `json:"partitions"`
+}
+
+// MemberStatus is one worker's announcement.
+type MemberStatus struct {
+	Worker string `json:"worker"`
+	// Want is the number of partitions the worker asks for (0..P).
+	Want int `json:"want_partitions"`
+	// Demand is the announced demand in units/s; +Inf means a backlog
+	// (encoded as the string "+Inf" in JSON).
+	Demand float64 `json:"-"`
+	// Holds is how many partitions the worker holds.
+	Holds int `json:"holds_partitions"`
+}
+
+// MarshalJSON encodes the demand as a number, or "+Inf".
+func (s MemberStatus) MarshalJSON() ([]byte, error) {
+	type plain MemberStatus
+	var demand any = s.Demand
+	if math.IsInf(s.Demand, 0) || math.IsNaN(s.Demand) {
+		demand = strconv.FormatFloat(s.Demand, 'g', -1, 64)
+	}
+	return json.Marshal(struct {
+		plain
+		Demand any `json:"demand_units_per_s"`
+	}{plain(s), demand})
+}
+
+// PartitionStatus is who holds one partition.
+type PartitionStatus struct {
+	Partition int `json:"partition"`
+	// Holder is the worker ID holding the lease, "" when free.
+	Holder string `json:"holder,omitempty"`
+	// TTLLeft is the lease's remaining TTL in Redis (0 when free).
+	TTLLeft time.Duration `json:"-"`
+	// TTLLeftMS is TTLLeft in milliseconds, for JSON.
+	TTLLeftMS int64 `json:"ttl_left_ms,omitempty"`
+}
+
+// Status reads pool's definition, members and partition holders from one
+// Redis under prefix (DefaultPrefix when empty). It returns an error
+// wrapping ErrNoPool when the pool is not defined there.
+func Status(ctx context.Context, client redis.UniversalClient, prefix, pool string) (PoolStatus, error) {
+	k := keysFor(prefix, pool)
+	p, err := loadPool(ctx, client, k.def())
+	if errors.Is(err, redis.Nil) {
+		return PoolStatus{}, fmt.Errorf("%w: no pool %q in Redis (key %s); a worker defines it on start", ErrNoPool, pool, k.def())
+	}
+	if err != nil {
+		return PoolStatus{}, err
+	}
+	p.Name = pool
+	members, err := readMembers(ctx, client, k, false)
+	if err != nil {
+		return PoolStatus{}, fmt.Errorf("lease: read members of pool %q: %w", pool, err)
+	}
+	pipe := client.Pipeline()
+	gets := make([]*redis.StringCmd, p.Partitions)
+	ttls := make([]*redis.DurationCmd, p.Partitions)
+	for i := range p.Partitions {
+		gets[i] = pipe.Get(ctx, k.partition(i))
+		ttls[i] = pipe.PTTL(ctx, k.partition(i))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return PoolStatus{}, fmt.Errorf("lease: read partitions of pool %q: %w", pool, err)
+	}
+	st := PoolStatus{Pool: p, PartitionRate: p.PartitionRate(), Partitions: make([]PartitionStatus, p.Partitions)}
+	holds := map[string]int{}
+	for i := range p.Partitions {
+		ps := PartitionStatus{Partition: i}
+		if v, err := gets[i].Result(); err == nil {
+			ps.Holder = holderOf(v)
+			ps.TTLLeft = max(ttls[i].Val(), 0)
+			ps.TTLLeftMS = ps.TTLLeft.Milliseconds()
+			holds[ps.Holder]++
+		}
+		st.Partitions[i] = ps
+	}
+	for w, a := range members {
+		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: a.Demand, Holds: holds[w]})
+		delete(holds, w)
+	}
+	for w, n := range holds { // holders that are no longer members (crashed, or just leaving)
+		st.Members = append(st.Members, MemberStatus{Worker: w, Holds: n})
+	}
+	slices.SortFunc(st.Members, func(a, b MemberStatus) int { return cmp.Compare(a.Worker, b.Worker) })
+	return st, nil
+}
+
+// String renders the status as text.
+func (s PoolStatus) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pool %s: %s (%v %s/s per partition)\n", s.Pool.Name, s.Pool, s.PartitionRate, s.Pool.Unit)
+	fmt.Fprintf(&b, "members (%d):\n", len(s.Members))
+	for _, m := range s.Members {
+		fmt.Fprintf(&b, "  %s  wants %d, holds %d partitions, demand %v %s/s\n", m.Worker, m.Want, m.Holds, m.Demand, s.Pool.Unit)
+	}
+	held := 0
+	for _, p := range s.Partitions {
+		if p.Holder != "" {
+			held++
+		}
+	}
+	fmt.Fprintf(&b, "partitions (%d of %d held):\n", held, len(s.Partitions))
+	for _, p := range s.Partitions {
+		if p.Holder == "" {
+			fmt.Fprintf(&b, "  %3d  free\n", p.Partition)
+			continue
+		}
+		fmt.Fprintf(&b, "  %3d  %s  ttl %v\n", p.Partition, p.Holder, p.TTLLeft.Round(time.Millisecond))
+	}
+	return b.String()
+}

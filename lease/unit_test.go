@@ -1,0 +1,236 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+func miniClient(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return mr, c
+}
+
+func TestWaterFill(t *testing.T) {
+	t.Parallel()
+	m := func(w string, want int) member { return member{Worker: w, Want: want} }
+	for _, tc := range []struct {
+		name       string
+		partitions int
+		members    []member
+		want       map[string]int
+	}{
+		{"alone with backlog takes all", 20, []member{m("a", 20)}, map[string]int{"a": 20}},
+		{"two backlogs split evenly", 20, []member{m("a", 20), m("b", 20)}, map[string]int{"a": 10, "b": 10}},
+		{"odd split goes to lowest IDs", 10, []member{m("c", 10), m("a", 10), m("b", 10)}, map[string]int{"a": 4, "b": 3, "c": 3}},
+		{"small demand satisfied, rest shared", 10, []member{m("a", 2), m("b", 10), m("c", 10)}, map[string]int{"a": 2, "b": 4, "c": 4}},
+		{"idle worker holds nothing", 10, []member{m("a", 0), m("b", 10)}, map[string]int{"a": 0, "b": 10}},
+		{"wants below capacity leave partitions free", 10, []member{m("a", 3), m("b", 2)}, map[string]int{"a": 3, "b": 2}},
+		{"more workers than partitions", 2, []member{m("c", 2), m("b", 2), m("a", 2)}, map[string]int{"a": 1, "b": 1, "c": 0}},
+		{"negative want counts as zero", 4, []member{m("a", -3), m("b", 4)}, map[string]int{"a": 0, "b": 4}},
+		{"cascading levels", 12, []member{m("a", 1), m("b", 3), m("c", 5), m("d", 12)}, map[string]int{"a": 1, "b": 3, "c": 4, "d": 4}},
+		{"no members", 5, nil, map[string]int{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := waterFill(tc.partitions, tc.members)
+			require.Equal(t, tc.want, got)
+			// The answer does not depend on the order of the list.
+			rev := make([]member, len(tc.members))
+			for i, x := range tc.members {
+				rev[len(rev)-1-i] = x
+			}
+			require.Equal(t, got, waterFill(tc.partitions, rev))
+			sum, wants := 0, 0
+			for _, x := range tc.members {
+				sum += got[x.Worker]
+				wants += max(x.Want, 0)
+			}
+			require.Equal(t, min(tc.partitions, wants), sum)
+		})
+	}
+}
+
+func TestWantPartitions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		demand float64
+		want   int
+	}{
+		{0, 0}, {-5, 0}, {math.NaN(), 0}, {math.Inf(1), 20}, {ingest.Inf, 20},
+		{1, 1}, {100, 1}, {100.5, 2}, {300, 3}, {250, 3}, {1e9, 20},
+	} {
+		require.Equal(t, tc.want, wantPartitions(tc.demand, 100, 20), "demand %v", tc.demand)
+	}
+}
+
+func TestPoolValidate(t *testing.T) {
+	t.Parallel()
+	good := Pool{Name: "demo", Capacity: 1000, Unit: ingest.UnitRecords, Partitions: 20}
+	require.NoError(t, good.Validate())
+	for _, tc := range []struct {
+		name    string
+		change  func(*Pool)
+		mention string
+	}{
+		{"empty name", func(p *Pool) { p.Name = "" }, "pool name"},
+		{"name with colon", func(p *Pool) { p.Name = "a:b" }, "pool name"},
+		{"zero capacity", func(p *Pool) { p.Capacity = 0 }, "capacity must be a finite number > 0"},
+		{"negative capacity", func(p *Pool) { p.Capacity = -1 }, "capacity"},
+		{"NaN capacity", func(p *Pool) { p.Capacity = math.NaN() }, "capacity"},
+		{"infinite capacity", func(p *Pool) { p.Capacity = math.Inf(1) }, "capacity"},
+		{"no partitions", func(p *Pool) { p.Partitions = 0 }, "partitions must be between 1 and 10000, got 0"},
+		{"tiny TTL", func(p *Pool) { p.TTL = time.Millisecond }, "lease TTL must be ≥ 100ms, got 1ms"},
+		{"unknown unit", func(p *Pool) { p.Unit = "parsecs" }, `unit: unknown unit "parsecs"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := good
+			tc.change(&p)
+			err := p.Validate()
+			require.ErrorIs(t, err, ErrInvalidPool)
+			require.ErrorContains(t, err, tc.mention)
+			_, c := miniClient(t)
+			require.ErrorIs(t, EnsurePool(context.Background(), c, "", p), ErrInvalidPool)
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	_, c := miniClient(t)
+	pool := Pool{Name: "demo", Capacity: 1000, Partitions: 20}
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		mention string
+	}{
+		{"margin below its sum", Config{Pool: pool, Margin: time.Second},
+			"Margin 1s must be ≥ RequestTimeout + Slice + Drift = 2s + 200ms + 152ms = 2.352s"},
+		{"TTL too short for margin and renewal", Config{Pool: Pool{Name: "demo", Capacity: 1000, Partitions: 20, TTL: 3 * time.Second}},
+			`Margin 2.232s + RenewEvery 1s must be ≤ 90% of the pool "demo" lease TTL 3s (2.7s)`},
+		{"bad worker ID", Config{Pool: pool, WorkerID: "a b"}, `WorkerID "a b"`},
+		{"negative tick", Config{Pool: pool, Tick: -time.Second}, "Tick must be > 0"},
+		{"invalid pool", Config{Pool: Pool{Name: "demo", Partitions: 20}}, "capacity"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := New(tc.cfg, c)
+			require.ErrorContains(t, err, tc.mention)
+			require.True(t, errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrInvalidPool))
+		})
+	}
+	_, err := New(Config{Pool: pool})
+	require.ErrorContains(t, err, "at least one Redis client")
+
+	m, err := New(Config{Pool: pool}, c)
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second+200*time.Millisecond+152*time.Millisecond, m.Margin())
+	require.Equal(t, 50.0, m.PartitionRate())
+	require.NotEmpty(t, m.WorkerID())
+}
+
+func TestEnsurePool(t *testing.T) {
+	t.Parallel()
+	_, c := miniClient(t)
+	ctx := context.Background()
+	p := Pool{Name: "demo", Capacity: 2000, Unit: ingest.UnitRecords, Partitions: 20}
+	require.NoError(t, EnsurePool(ctx, c, "", p))
+	require.NoError(t, EnsurePool(ctx, c, "", p), "the same definition again is fine")
+	p.TTL = DefaultTTL
+	require.NoError(t, EnsurePool(ctx, c, "", p), "the default TTL spelled out is the same definition")
+
+	other := Pool{Name: "demo", Capacity: 1000, Unit: ingest.UnitRecords, Partitions: 10}
+	err := EnsurePool(ctx, c, "", other)
+	require.ErrorIs(t, err, ErrPoolMismatch)
+	require.EqualError(t, err, `lease: pool definition mismatch: pool "demo" is defined in Redis (sluice:demo:def) with capacity 2000 records/s, 20 partitions, ttl 15s; this worker was started with capacity 1000 records/s, 10 partitions, ttl 15s`)
+
+	// Another prefix is another namespace.
+	require.NoError(t, EnsurePool(ctx, c, "other", other))
+
+	st, err := Status(ctx, c, "", "demo")
+	require.NoError(t, err)
+	require.Equal(t, 2000.0, st.Pool.Capacity)
+	require.Equal(t, 100.0, st.PartitionRate)
+	require.Len(t, st.Partitions, 20)
+	_, err = Status(ctx, c, "", "missing")
+	require.ErrorIs(t, err, ErrNoPool)
+}
+
+// TestCreditExact checks the ledger arithmetic on hand-made leases: a
+// running lease, an extend that returned late (a new span, the past
+// unchanged), and a released one.
+func TestCreditExact(t *testing.T) {
+	t.Parallel()
+	_, c := miniClient(t)
+	m, err := New(testConfig("x", "w", Pool{Name: "p", Capacity: 100, Partitions: 4}), c)
+	require.NoError(t, err)
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// Partition 0: counted [0, 1000) then re-counted [1200, 2000).
+	m.ledger.close(span{at(0), at(1000)}, at(5000))
+	m.held[0] = &held{partition: 0, count: span{at(1200), at(2000)}}
+	// Partition 1: released at 500 although valid until 900.
+	m.ledger.close(span{at(100), at(900)}, at(500))
+
+	require.Equal(t, 50.0, m.Rate(at(200)))
+	require.Equal(t, 25.0, m.Rate(at(600)))
+	require.Equal(t, 0.0, m.Rate(at(1100)))
+	require.Equal(t, 25.0, m.Rate(at(1200)))
+	require.Equal(t, 0.0, m.Rate(at(2000)))
+
+	require.InDelta(t, 25*1.0+25*0.4+25*0.8, m.Credit(at(0), at(3000)), 1e-9)
+	require.InDelta(t, 25*0.5+25*0.4, m.Credit(at(0), at(500)), 1e-9)
+	require.InDelta(t, 0, m.Credit(at(1000), at(1200)), 1e-9)
+	require.Equal(t, 0.0, m.Credit(at(10), at(10)))
+	// Additivity: the integral of pieces is the integral of the whole.
+	require.InDelta(t, m.Credit(at(0), at(3000)), m.Credit(at(0), at(700))+m.Credit(at(700), at(1500))+m.Credit(at(1500), at(3000)), 1e-9)
+
+	m.ledger.prune(at(1001))
+	require.Len(t, m.ledger.closed, 0, "both closed spans ended before the horizon")
+}
+
+// TestMiniredisClockTTL shows that the embedded setup (miniredis with
+// ClockTTL) expires leases with the real clock, and that Status works on it.
+func TestMiniredisClockTTL(t *testing.T) {
+	t.Parallel()
+	mr, c := miniClient(t)
+	mr.ClockTTL(true)
+	pool := Pool{Name: "emb", Capacity: 100, Partitions: 2, TTL: 1500 * time.Millisecond}
+	require.NoError(t, EnsurePool(context.Background(), c, "emb", pool))
+	cfg := testConfig("emb", "embedded-worker", pool)
+	m := start(t, cfg, c)
+	m.SetDemand(ingest.Inf)
+	require.Eventually(t, func() bool { return m.Rate(time.Now()) == 100 }, 2*time.Second, 5*time.Millisecond)
+
+	st, err := Status(context.Background(), c, "emb", "emb")
+	require.NoError(t, err)
+	require.Len(t, st.Members, 1)
+	require.Equal(t, MemberStatus{Worker: "embedded-worker", Want: 2, Demand: math.Inf(1), Holds: 2}, st.Members[0])
+	for _, p := range st.Partitions {
+		require.Equal(t, "embedded-worker", p.Holder)
+		require.Positive(t, p.TTLLeft)
+	}
+	require.Contains(t, st.String(), "embedded-worker  wants 2, holds 2 partitions, demand +Inf records/s")
+	js, err := json.Marshal(st)
+	require.NoError(t, err)
+	require.Contains(t, string(js), `"demand_units_per_s":"+Inf"`)
+	require.Contains(t, string(js), `"ttl":"1.5s"`)
+
+	// Without renewals, the key's TTL runs down with the real clock.
+	m.stop(t)
+	require.NoError(t, c.Set(context.Background(), "emb:probe", "x", 300*time.Millisecond).Err())
+	require.Eventually(t, func() bool { return !mr.Exists("emb:probe") }, 2*time.Second, 10*time.Millisecond)
+}
