@@ -173,6 +173,12 @@ func CommittedOffsets(ctx context.Context, brokers []string, group, topic string
 		if err == nil {
 			err = res.Error
 		}
+		if errors.Is(err, kafka.GroupIdNotFound) {
+			// kfake's answer for a group that never committed; Kafka
+			// answers offset -1 instead.
+			out = map[int]int64{}
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("fetch committed offsets of group %q on topic %q: %w", group, topic, err)
 		}

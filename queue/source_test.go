@@ -208,3 +208,79 @@ func TestCloseBoundedTimesOut(t *testing.T) {
 	require.ErrorContains(t, err, "10ms")
 	require.NoError(t, closeBounded(func() error { return nil }, time.Second, "thing"))
 }
+
+// consume fetches from s and marks every record Done until ctx is done,
+// signalling the first record on first.
+func consume(ctx context.Context, s *Source, first chan<- struct{}) error {
+	signalled := false
+	for {
+		rec, err := s.Fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if !signalled {
+			close(first)
+			signalled = true
+		}
+		s.Done(rec)
+	}
+}
+
+// A second member joins while the first holds un-Done records: partitions
+// move, records are redelivered from the committed offsets, and the first
+// member's late Done for partitions it lost never rewinds the offsets the
+// new owner committed.
+func TestSourceRebalance(t *testing.T) {
+	t.Parallel()
+	const n, partitions = 200, 4
+	topic, group := newTopic(t, partitions), "g-"+t.Name()
+	produceN(t, topic, n)
+
+	a := newTestSource(t, topic, group)
+	stopA := runSource(t, a)
+	recs := fetchN(t, a, n)
+	half := map[int]int64{}
+	var held []ingest.Record
+	for p, rs := range byPartition(recs) {
+		half[p] = rs[len(rs)/2].Pos.Offset
+		for i, r := range rs {
+			if i < len(rs)/2 {
+				a.Done(r)
+			} else {
+				held = append(held, r)
+			}
+		}
+	}
+	require.Eventually(t, func() bool { return maps.Equal(committed(t, group, topic), half) }, 30*time.Second, 20*time.Millisecond)
+
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	errs := make(chan error, 2)
+	firstA, firstB := make(chan struct{}), make(chan struct{})
+	go func() { errs <- consume(ctx, a, firstA) }()
+	b := newTestSource(t, topic, group)
+	stopB := runSource(t, b)
+	go func() { errs <- consume(ctx, b, firstB) }()
+	select {
+	case <-firstB: // the group rebalanced and b owns partitions
+	case <-ctx.Done():
+		t.Fatal("the second member never got a record")
+	}
+	produceN(t, topic, n) // b commits past what a fetched
+	end, err := EndOffsets(testContext(t), testBrokers, topic)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return maps.Equal(committed(t, group, topic), end) }, 30*time.Second, 20*time.Millisecond)
+
+	for _, r := range held { // late, for partitions a may have lost
+		a.Done(r)
+	}
+	cancel()
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	require.NoError(t, stopA())
+	require.NoError(t, stopB())
+	require.Equal(t, end, committed(t, group, topic), "no rewind")
+}
