@@ -164,14 +164,14 @@ func start(t *testing.T, cfg Config, clients ...redis.UniversalClient) *running 
 	return r
 }
 
-// counting returns the partitions whose leases count at now.
-func (m *Manager) counting(now time.Time) map[int]bool {
+// counting returns the leases that count at now, by partition.
+func (m *Manager) counting(now time.Time) map[int]*held {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[int]bool{}
+	out := map[int]*held{}
 	for p, h := range m.held {
 		if h.count.contains(now) {
-			out[p] = true
+			out[p] = h
 		}
 	}
 	return out
@@ -235,7 +235,7 @@ func watchExclusive(t *testing.T, c redis.UniversalClient, k keys, ms ...*runnin
 			for ctx.Err() == nil {
 				now := time.Now()
 				owner := map[int]string{}
-				sets := make([]map[int]bool, len(ms))
+				sets := make([]map[int]*held, len(ms))
 				for i, m := range ms {
 					sets[i] = m.counting(now)
 					for p := range sets[i] {
@@ -252,11 +252,12 @@ func watchExclusive(t *testing.T, c redis.UniversalClient, k keys, ms ...*runnin
 					}
 					after := time.Now()
 					for i, m := range ms {
-						// Only a lease counted before and after the GET was
-						// certainly held while Redis answered.
-						if m.WorkerID() == w && m.counting(after)[p] && sets[i][p] {
-							if err != nil || holderOf(v) != w {
-								return fmt.Errorf("partition %d counted by %s but its key holds %q (err %v)", p, w, v, err)
+						// Only a lease counted before and after the GET (the
+						// same lease, not a new one on the same partition)
+						// was certainly held while Redis answered.
+						if h := sets[i][p]; m.WorkerID() == w && h != nil && m.counting(after)[p] == h {
+							if want := h.mutex.Value(); err != nil || v != want {
+								return fmt.Errorf("partition %d counted by %s with lock value %q but its key holds %q (err %v)", p, w, want, v, err)
 							}
 						}
 					}

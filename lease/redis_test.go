@@ -1,0 +1,335 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// These tests run against a real redis-server (see realRedis).
+
+const within = 5 * time.Second // upper bound for require.Eventually
+
+func poll(t *testing.T, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	require.Eventually(t, cond, within, 2*time.Millisecond, append([]any{msg}, args...)...)
+}
+
+func TestAcquireAndRenew(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "acq", Capacity: 400, Partitions: 4, TTL: 1500 * time.Millisecond}
+	require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+	m := start(t, testConfig(prefix, "w1", pool), c)
+
+	require.Zero(t, m.Rate(time.Now()), "no demand, no leases")
+	m.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m.Rate(time.Now()) == 400 }, "a worker alone with a backlog reaches the whole pool")
+	t0 := time.Now()
+	k := keysFor(prefix, "acq")
+	for i := range 4 {
+		v, err := c.Get(context.Background(), k.partition(i)).Result()
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(v, "w1/"), "lock value %q names the worker", v)
+	}
+	first := m.Held()
+
+	// Renewals keep every lease counting, without a gap, for twice the TTL.
+	span := 2 * pool.TTL
+	poll(t, func() bool { return time.Since(t0) > span+100*time.Millisecond }, "time passes")
+	require.InDelta(t, 400*span.Seconds(), m.Credit(t0, t0.Add(span)), 1e-6, "every lease counted the whole time")
+	require.ElementsMatch(t, first, m.Held(), "the same leases, renewed")
+	for i := range 4 {
+		ttl, err := c.PTTL(context.Background(), k.partition(i)).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, pool.TTL/3, "partition %d was extended recently", i)
+	}
+}
+
+func TestFiniteDemandHoldsWhatItNeeds(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "fin", Capacity: 1000, Partitions: 10}
+	require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+	m := start(t, testConfig(prefix, "w1", pool), c)
+	m.SetDemand(250) // 2.5 partitions of 100/s → 3
+	poll(t, func() bool { return len(m.Held()) == 3 && m.Rate(time.Now()) == 300 }, "holds ceil(250/100) = 3 partitions")
+	m.SetDemand(100)
+	poll(t, func() bool { return len(m.Held()) == 1 }, "a lower demand gives partitions back")
+}
+
+func TestDemandRiseWakesTheLoop(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "wake", Capacity: 100, Partitions: 2}
+	cfg := testConfig(prefix, "w1", pool)
+	cfg.Tick = 10 * time.Second
+	m := start(t, cfg, c)
+	// Let the first (immediate) iteration pass with demand 0.
+	poll(t, func() bool {
+		n, err := c.Exists(context.Background(), keysFor(prefix, "wake").member("w1")).Result()
+		return err == nil && n == 1
+	}, "the worker announced itself")
+	t0 := time.Now()
+	m.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m.Rate(time.Now()) == 100 }, "leases taken")
+	require.Less(t, time.Since(t0), time.Second, "a rise from 0 does not wait for the 10 s tick")
+}
+
+func TestDemandZeroReleasesWithinOneRenewal(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "zero", Capacity: 600, Partitions: 6}
+	m := start(t, testConfig(prefix, "w1", pool), c)
+	m.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m.Rate(time.Now()) == 600 }, "full")
+
+	t0 := time.Now()
+	m.SetDemand(0)
+	k := keysFor(prefix, "zero")
+	poll(t, func() bool {
+		if m.Rate(time.Now()) != 0 {
+			return false
+		}
+		for i := range 6 {
+			if n, err := c.Exists(context.Background(), k.partition(i)).Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	}, "everything released and unlocked")
+	require.Less(t, time.Since(t0), 500*time.Millisecond, "within one renewal interval (TTL/3 = 500ms)")
+	require.Zero(t, m.Credit(time.Now(), time.Now().Add(time.Second)))
+}
+
+func TestUnlockOnShutdownLetsPeerTakeOver(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "shut", Capacity: 500, Partitions: 5, TTL: 3 * time.Second}
+	m1 := start(t, testConfig(prefix, "w1", pool), c)
+	m1.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m1.Rate(time.Now()) == 500 }, "w1 full")
+
+	m1.stop(t)
+	stopped := time.Now()
+	require.Zero(t, m1.Rate(stopped))
+	k := keysFor(prefix, "shut")
+	n, err := c.Exists(context.Background(), k.partition(0), k.partition(1), k.partition(2), k.partition(3), k.partition(4), k.member("w1")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "Run unlocked every lease and withdrew the worker before returning")
+
+	m2 := start(t, testConfig(prefix, "w2", pool), c)
+	m2.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m2.Rate(time.Now()) == 500 }, "w2 takes the whole pool")
+	require.Less(t, time.Since(stopped), time.Second, "far sooner than the 3 s TTL")
+	requireCreditWithinCapacity(t, 500, stopped.Add(-2*time.Second), time.Now(), time.Second, 10*time.Millisecond, m1, m2)
+}
+
+// TestLostRedisStopsCountingBeforeExpiry: when extends fail (Redis
+// unreachable) or hang (Redis stalled), the lease stops counting before its
+// key can expire, and a peer takes it only after that.
+func TestLostRedisStopsCountingBeforeExpiry(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		mode int32
+	}{{"extend fails", failing}, {"extend hangs", hanging}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			addr := realRedis(t)
+			c := newClient(t, addr)
+			faulty := newClient(t, addr)
+			hook := &faultHook{}
+			faulty.AddHook(hook)
+			prefix := uniquePrefix(t)
+			pool := Pool{Name: "lost", Capacity: 200, Partitions: 2, TTL: 1500 * time.Millisecond}
+			m1 := start(t, testConfig(prefix, "w1", pool), faulty)
+			m1.SetDemand(ingest.Inf)
+			poll(t, func() bool { return m1.Rate(time.Now()) == 200 }, "w1 full")
+
+			hook.mode.Store(tc.mode)
+			broke := time.Now()
+			k := keysFor(prefix, "lost")
+			require.Eventually(t, func() bool { return m1.Rate(time.Now()) == 0 }, 2*pool.TTL, time.Millisecond, "w1 stops counting")
+			dropped := time.Now()
+			for i := range 2 {
+				v, err := c.Get(context.Background(), k.partition(i)).Result()
+				require.NoError(t, err, "partition %d's key must outlive the counting", i)
+				require.Equal(t, "w1", holderOf(v))
+				ttl, err := c.PTTL(context.Background(), k.partition(i)).Result()
+				require.NoError(t, err)
+				require.Greater(t, ttl, m1.Margin()/2, "partition %d stopped counting well before its key expires", i)
+			}
+			require.Less(t, dropped.Sub(broke), pool.TTL, "dropped within one TTL of the outage")
+
+			m2 := start(t, testConfig(prefix, "w2", pool), c)
+			m2.SetDemand(ingest.Inf)
+			poll(t, func() bool { return m2.Rate(time.Now()) == 200 }, "w2 takes the partitions once the keys expire")
+			requireCreditWithinCapacity(t, 200, broke.Add(-time.Second), time.Now(), time.Second, 5*time.Millisecond, m1, m2)
+			requireCreditWithinCapacity(t, 200, broke.Add(-time.Second), time.Now(), 200*time.Millisecond, 5*time.Millisecond, m1, m2)
+			hook.mode.Store(healthy) // so w1's shutdown is quick
+		})
+	}
+}
+
+func TestFairShareConverges(t *testing.T) {
+	t.Parallel()
+	for _, workers := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
+			t.Parallel()
+			c := newClient(t, realRedis(t))
+			prefix := uniquePrefix(t)
+			pool := Pool{Name: "fair", Capacity: 1000, Partitions: 10}
+			k := keysFor(prefix, "fair")
+			var ms []*running
+			for i := range workers {
+				m := start(t, testConfig(prefix, fmt.Sprintf("w%d", i), pool), c)
+				m.SetDemand(ingest.Inf)
+				ms = append(ms, m)
+				if i == 0 {
+					poll(t, func() bool { return m.Rate(time.Now()) == 1000 }, "the first worker takes all")
+				}
+			}
+			stopWatch := watchExclusive(t, c, k, ms...)
+			began := time.Now()
+			lo, hi := pool.Partitions/workers, (pool.Partitions+workers-1)/workers
+			poll(t, func() bool {
+				total := 0
+				for _, m := range ms {
+					n := len(m.counting(time.Now()))
+					if n < lo || n > hi {
+						return false
+					}
+					total += n
+				}
+				return total == pool.Partitions
+			}, "every worker holds %d..%d partitions and all are used", lo, hi)
+			t.Logf("%d workers converged in %v", workers, time.Since(began))
+			// And stay put: no partition changes hands over 10 more ticks.
+			held := make([][]int, len(ms))
+			for i, m := range ms {
+				held[i] = m.Held()
+			}
+			settled := time.Now()
+			poll(t, func() bool { return time.Since(settled) > 500*time.Millisecond }, "ten ticks pass")
+			for i, m := range ms {
+				require.ElementsMatch(t, held[i], m.Held(), "worker %d kept its share", i)
+			}
+			require.NoError(t, stopWatch())
+			requireCreditWithinCapacity(t, 1000, began.Add(-time.Second), time.Now(), time.Second, 5*time.Millisecond, ms...)
+
+			_, err := Status(context.Background(), c, prefix, "fair")
+			require.ErrorIs(t, err, ErrNoPool, "nobody called EnsurePool in this test")
+			require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+			st, err := Status(context.Background(), c, prefix, "fair")
+			require.NoError(t, err)
+			require.Len(t, st.Members, workers)
+			for _, ms := range st.Members {
+				require.Equal(t, 10, ms.Want)
+				require.True(t, math.IsInf(ms.Demand, 1))
+			}
+		})
+	}
+}
+
+// TestNeverTwoHolders churns demand on three workers and checks, all along,
+// that no partition is counted by two of them, that Redis agrees on who
+// holds each counted one, and that their credits never exceed the pool in
+// any sliding 1 s or 200 ms window.
+func TestNeverTwoHolders(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "churn", Capacity: 600, Partitions: 6}
+	var ms []*running
+	for i := range 3 {
+		ms = append(ms, start(t, testConfig(prefix, fmt.Sprintf("w%d", i), pool), c))
+	}
+	stopWatch := watchExclusive(t, c, keysFor(prefix, "churn"), ms...)
+	began := time.Now()
+	demands := []float64{ingest.Inf, 0, 250, ingest.Inf, 100, 0, ingest.Inf}
+	step := 0
+	poll(t, func() bool {
+		for i, m := range ms {
+			m.SetDemand(demands[(step+2*i)%len(demands)])
+		}
+		step++
+		return time.Since(began) > 3*time.Second
+	}, "churn for 3 s")
+	require.NoError(t, stopWatch())
+	ended := time.Now()
+	requireCreditWithinCapacity(t, 600, began, ended, time.Second, 5*time.Millisecond, ms...)
+	requireCreditWithinCapacity(t, 600, began, ended, 200*time.Millisecond, 5*time.Millisecond, ms...)
+}
+
+// TestCreditAcrossHandOver hands the pool from one worker to another and
+// checks that the sum of their credits never exceeds capacity × window, and
+// that the hand-over loses little.
+func TestCreditAcrossHandOver(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "hand", Capacity: 800, Partitions: 8}
+	m1 := start(t, testConfig(prefix, "w1", pool), c)
+	m1.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m1.Rate(time.Now()) == 800 }, "w1 full")
+	began := time.Now()
+
+	m2 := start(t, testConfig(prefix, "w2", pool), c)
+	m2.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m1.Rate(time.Now()) == 400 && m2.Rate(time.Now()) == 400 }, "split")
+	m1.SetDemand(0)
+	poll(t, func() bool { return m2.Rate(time.Now()) == 800 }, "w2 takes all")
+	m1.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m1.Rate(time.Now()) == 400 }, "w1 back to half")
+	ended := time.Now()
+
+	requireCreditWithinCapacity(t, 800, began.Add(-time.Second), ended, time.Second, 2*time.Millisecond, m1, m2)
+	requireCreditWithinCapacity(t, 800, began.Add(-time.Second), ended, 200*time.Millisecond, 2*time.Millisecond, m1, m2)
+	used := (m1.Credit(began, ended) + m2.Credit(began, ended)) / (800 * ended.Sub(began).Seconds())
+	t.Logf("pool use across three hand-overs in %v: %.1f%%", ended.Sub(began), 100*used)
+	require.Greater(t, used, 0.7, "hand-overs leave the pool mostly in use")
+}
+
+// TestQuorumOfMasters runs a worker over three independent Redis "masters"
+// (three databases of the test server, each behind its own client that can
+// fail) and shows the leases survive one failing but not two.
+func TestQuorumOfMasters(t *testing.T) {
+	t.Parallel()
+	addr := realRedis(t)
+	var clients []redis.UniversalClient
+	var hooks []*faultHook
+	for db := 1; db <= 3; db++ {
+		cl := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+		t.Cleanup(func() { _ = cl.Close() })
+		h := &faultHook{}
+		cl.AddHook(h)
+		clients, hooks = append(clients, cl), append(hooks, h)
+	}
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "quorum", Capacity: 300, Partitions: 3}
+	m := start(t, testConfig(prefix, "w1", pool), clients...)
+	m.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m.Rate(time.Now()) == 300 }, "full over three masters")
+	hooks[2].mode.Store(failing)
+	t0 := time.Now()
+	poll(t, func() bool { return time.Since(t0) > 2*time.Second }, "several renewals with one master down")
+	require.InDelta(t, 300*2.0, m.Credit(t0, t0.Add(2*time.Second)), 1e-6, "a quorum of 2 of 3 keeps every lease")
+	hooks[1].mode.Store(failing)
+	poll(t, func() bool { return m.Rate(time.Now()) == 0 }, "without a quorum the leases stop counting")
+	hooks[1].mode.Store(healthy)
+	hooks[2].mode.Store(healthy)
+}
