@@ -1,0 +1,578 @@
+package pacing_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/pacing"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	slice  = pacing.DefaultSlice
+	guard  = pacing.DefaultGuard
+	window = pacing.DefaultWindow
+)
+
+// fakeCapacity is a rate that changes in steps at chosen offsets from start
+// (0 before the first step); Credit is its exact integral.
+type fakeCapacity struct {
+	start time.Time
+	steps []step // sorted by at
+}
+
+type step struct {
+	at   time.Duration
+	rate float64 // units/s from at on
+}
+
+func (c *fakeCapacity) Rate(now time.Time) float64 {
+	d := now.Sub(c.start)
+	var r float64
+	for _, s := range c.steps {
+		if s.at > d {
+			break
+		}
+		r = s.rate
+	}
+	return r
+}
+
+func (c *fakeCapacity) Credit(from, to time.Time) float64 {
+	a, b := from.Sub(c.start), to.Sub(c.start)
+	var sum float64
+	for i, s := range c.steps {
+		end := time.Duration(math.MaxInt64)
+		if i+1 < len(c.steps) {
+			end = c.steps[i+1].at
+		}
+		if lo, hi := max(a, s.at), min(b, end); hi > lo {
+			sum += s.rate * (hi - lo).Seconds()
+		}
+	}
+	return sum
+}
+
+// credit is Credit over offsets from start.
+func (c *fakeCapacity) credit(from, to time.Duration) float64 {
+	return c.Credit(c.start.Add(from), c.start.Add(to))
+}
+
+// burst is one slice of rate r, as the pacer rounds it.
+func burst(r float64) int64 { return int64(math.Ceil(r*slice.Seconds() - 1e-6)) }
+
+// slc is what the driver saw of one slice.
+type slc struct {
+	open   time.Duration // when Next returned, since start
+	at     time.Duration // when Spend was called (open + lag)
+	rate   float64       // the rate at open
+	want   int64
+	budget int64
+	units  int64 // spent
+}
+
+// drive runs a backlogged pipeline: records costing costs() each, taken in
+// order while they fit the budget, spent lag() after the slice opens. It
+// starts at offset and stops at until (offsets from capa.start).
+type drive struct {
+	costs         func() int64         // nil: no backlog
+	lag           func() time.Duration // nil: spend at once
+	offset, until time.Duration
+}
+
+func (d drive) run(t *testing.T, p *pacing.Pacer, capa *fakeCapacity) []slc {
+	t.Helper()
+	time.Sleep(time.Until(capa.start.Add(d.offset)))
+	ctx, cancel := context.WithDeadline(t.Context(), capa.start.Add(d.until))
+	defer cancel()
+	var out []slc
+	var head int64 // 0: no backlog
+	if d.costs != nil {
+		head = d.costs()
+	}
+	for {
+		budget, err := p.Next(ctx, head)
+		if err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			return out
+		}
+		now := time.Now()
+		s := slc{open: now.Sub(capa.start), rate: capa.Rate(now), want: head, budget: budget}
+		for head > 0 && head <= budget-s.units {
+			s.units += head
+			head = d.costs()
+		}
+		if d.lag != nil {
+			time.Sleep(d.lag())
+		}
+		s.at = time.Since(capa.start)
+		p.Spend(s.units)
+		out = append(out, s)
+	}
+}
+
+func constant(c int64) func() int64 { return func() int64 { return c } }
+
+// sequence returns the costs in order, then 1 forever.
+func sequence(costs ...int64) func() int64 {
+	return func() int64 {
+		if len(costs) == 0 {
+			return 1
+		}
+		c := costs[0]
+		costs = costs[1:]
+		return c
+	}
+}
+
+func repeat(n int, c int64) []int64 { return slices.Repeat([]int64{c}, n) }
+
+type event struct {
+	at    time.Duration
+	units int64
+}
+
+func spends(ss []slc) []event {
+	var ev []event
+	for _, s := range ss {
+		if s.units > 0 {
+			ev = append(ev, event{s.at, s.units})
+		}
+	}
+	return ev
+}
+
+// maxWindow is the most units in any closed window [x, x+w] (the sink
+// counts both ends).
+func maxWindow(ev []event, w time.Duration) (most int64, from time.Duration) {
+	ev = slices.Clone(ev)
+	slices.SortStableFunc(ev, func(a, b event) int { return int(a.at - b.at) })
+	var sum int64
+	j := 0
+	for i := range ev {
+		for j < len(ev) && ev[j].at <= ev[i].at+w {
+			sum += ev[j].units
+			j++
+		}
+		if sum > most {
+			most, from = sum, ev[i].at
+		}
+		sum -= ev[i].units
+	}
+	return most, from
+}
+
+func total(ev []event) int64 {
+	var n int64
+	for _, e := range ev {
+		n += e.units
+	}
+	return n
+}
+
+// requireWithinCredit checks every window that ends at a spend: the units
+// spent in [b−Window, b] never exceed the integral of the rate over it.
+func requireWithinCredit(t *testing.T, capa *fakeCapacity, ev []event) {
+	t.Helper()
+	for j, e := range ev {
+		var sum int64
+		for _, f := range ev[:j+1] {
+			if f.at >= e.at-window {
+				sum += f.units
+			}
+		}
+		c := capa.credit(e.at-window, e.at)
+		require.LessOrEqualf(t, float64(sum), c+1e-6, "window [%v, %v]: %d units > credit %.3f", e.at-window, e.at, sum, c)
+	}
+}
+
+// requireSliceBudgets checks that no slice gets more than one slice of its
+// rate, except a record admitted on debt (budget == want).
+func requireSliceBudgets(t *testing.T, ss []slc) {
+	t.Helper()
+	for _, s := range ss {
+		if s.budget > burst(s.rate) {
+			require.Equalf(t, s.want, s.budget, "slice at %v (rate %v): budget %d > one slice", s.open, s.rate, s.budget)
+			require.Greaterf(t, s.want, burst(s.rate), "slice at %v: debt record fits a slice", s.open)
+		}
+		require.LessOrEqual(t, s.units, s.budget)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	capa := &fakeCapacity{}
+	tests := []struct {
+		name    string
+		cfg     pacing.Config
+		capa    pacing.Capacity
+		wantErr string
+	}{
+		{name: "defaults", cfg: pacing.Config{}, capa: capa},
+		{name: "custom", cfg: pacing.Config{Slice: 100 * time.Millisecond, Guard: time.Millisecond, Window: 2 * time.Second}, capa: capa},
+		{name: "nil capacity", cfg: pacing.Config{}, wantErr: "nil capacity"},
+		{name: "negative slice", cfg: pacing.Config{Slice: -time.Second}, capa: capa, wantErr: "negative duration"},
+		{name: "negative guard", cfg: pacing.Config{Guard: -time.Millisecond}, capa: capa, wantErr: "negative duration"},
+		{name: "guard not shorter than slice", cfg: pacing.Config{Slice: 10 * time.Millisecond, Guard: 10 * time.Millisecond}, capa: capa, wantErr: "guard 10ms must be shorter than slice 10ms"},
+		{name: "window shorter than slice", cfg: pacing.Config{Window: 100 * time.Millisecond}, capa: capa, wantErr: "window 100ms must be at least one slice (200ms)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := pacing.New(tt.cfg, tt.capa)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.Nil(t, p)
+				return
+			}
+			require.NoError(t, err)
+			require.NotNil(t, p)
+		})
+	}
+}
+
+func TestNextReturnsCause(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		capa := &fakeCapacity{start: time.Now(), steps: []step{{0, 1000}}}
+		p, err := pacing.New(pacing.Config{}, capa)
+		require.NoError(t, err)
+		stop := errors.New("shutting down")
+
+		ctx, cancel := context.WithCancelCause(t.Context())
+		_, err = p.Next(ctx, 1) // the first slice opens at once
+		require.NoError(t, err)
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			cancel(stop)
+		}()
+		_, err = p.Next(ctx, 1) // waits for the next slice, cut short
+		require.ErrorIs(t, err, stop)
+		require.Equal(t, 50*time.Millisecond, time.Since(capa.start))
+		_, err = p.Next(ctx, 1) // already done
+		require.ErrorIs(t, err, stop)
+	})
+}
+
+// TestSlicesOpenEverySlice: Next returns every slice, budget 0 included, on
+// the fixed schedule, and a rate of 0 gives 0.
+func TestSlicesOpenEverySlice(t *testing.T) {
+	t.Parallel()
+	for _, r := range []float64{0, 1000} {
+		synctest.Test(t, func(t *testing.T) {
+			capa := &fakeCapacity{start: time.Now(), steps: []step{{-time.Hour, r}}}
+			p, err := pacing.New(pacing.Config{}, capa)
+			require.NoError(t, err)
+			// No backlog: nothing is spent, so the account never delays a slice.
+			ss := drive{until: 2*time.Second - time.Millisecond}.run(t, p, capa)
+			require.Len(t, ss, 10)
+			for i, s := range ss {
+				require.Equal(t, time.Duration(i)*slice, s.open)
+				require.Equal(t, burst(r), s.budget)
+			}
+		})
+	}
+}
+
+// TestAccountNeverExceedsCredit: under random rate changes and random record
+// costs, the units spent in every window that ends at a spend stay within the
+// integral of the rate over it, and no slice exceeds one slice's budget but
+// for records admitted on debt.
+func TestAccountNeverExceedsCredit(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(8) {
+		synctest.Test(t, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 1))
+			rates := []float64{0, 200, 500, 1000, 1337.5, 3000}
+			capa := &fakeCapacity{start: time.Now()}
+			for at := time.Duration(0); at < 30*time.Second; at += time.Duration(rng.Int64N(int64(2 * time.Second))) {
+				capa.steps = append(capa.steps, step{at, rates[rng.IntN(len(rates))]})
+			}
+			costs := func() int64 {
+				if rng.IntN(20) == 0 { // more than a slice at every rate but 3000/s, less than a window
+					return 100 + rng.Int64N(100)
+				}
+				return 1 + rng.Int64N(30)
+			}
+			p, err := pacing.New(pacing.Config{}, capa)
+			require.NoError(t, err)
+			ss := drive{costs: costs, until: 30 * time.Second}.run(t, p, capa)
+			ev := spends(ss)
+			requireWithinCredit(t, capa, ev)
+			requireSliceBudgets(t, ss)
+			sent, credit := float64(total(ev)), capa.credit(0, 30*time.Second)
+			require.LessOrEqual(t, sent, credit)
+			// The rate changes every second on average, often to or from 0,
+			// and a change applies at the next slice; records leave part of
+			// a budget unused. Still, most of the credit is used.
+			require.Greater(t, sent, 0.7*credit, "utilization")
+			var budgets float64
+			for _, s := range ss {
+				budgets += float64(min(s.budget, burst(s.rate)))
+			}
+			t.Logf("seed %d: sent %.0f of %.0f credit (%.3f), %.0f budget", seed, sent, credit, sent/credit, budgets)
+		})
+	}
+}
+
+// TestUtilizationAtConstantRate: always backlogged with cost-1 records at a
+// constant 1,000 units/s, the pacer uses ≥ 98 % of the credit over 20 s; every
+// slice sends at most one slice; and even with up to Guard of jitter between
+// send and accept, no sink-side 1 s window sees more than 1,000 units.
+func TestUtilizationAtConstantRate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		lag  time.Duration // max latency between Next returning and Spend
+	}{
+		{name: "spend at once"},
+		{name: "spend within 2ms", lag: 2 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(7, 7))
+				capa := &fakeCapacity{start: time.Now(), steps: []step{{0, 1000}}}
+				p, err := pacing.New(pacing.Config{}, capa)
+				require.NoError(t, err)
+				d := drive{costs: constant(1), until: 20 * time.Second}
+				if tt.lag > 0 {
+					d.lag = func() time.Duration { return time.Duration(rng.Int64N(int64(tt.lag))) }
+				}
+				ss := d.run(t, p, capa)
+				ev := spends(ss)
+
+				sent, credit := float64(total(ev)), capa.credit(0, 20*time.Second)
+				t.Logf("utilization %.4f (%.0f of %.0f)", sent/credit, sent, credit)
+				require.GreaterOrEqual(t, sent/credit, 0.98)
+				if tt.lag == 0 {
+					requireWithinCredit(t, capa, ev)
+				}
+				requireSliceBudgets(t, ss)
+				most, _ := maxWindow(ev, slice-tt.lag-time.Nanosecond)
+				require.LessOrEqual(t, most, int64(200), "units in a 200 ms window (less the lag)")
+
+				accepted := make([]event, len(ev))
+				for i, e := range ev {
+					accepted[i] = event{e.at + time.Duration(rng.Int64N(int64(guard))), e.units}
+				}
+				most, from := maxWindow(accepted, window)
+				require.LessOrEqualf(t, most, int64(1000), "sink-side window from %v", from)
+			})
+		})
+	}
+}
+
+// TestRateChange: a lost lease cuts the next slice's budget; a worker whose
+// rate just dropped keeps sending its new rate's full slice with no dip,
+// because the account is the integral of the rate, not the current rate; a
+// lease gained mid-slice earns credit from that instant.
+func TestRateChange(t *testing.T) {
+	t.Parallel()
+	const change = 5*time.Second + 100*time.Millisecond // mid-slice
+	tests := []struct {
+		name     string
+		from, to float64
+	}{
+		{name: "lease lost", from: 1000, to: 0},
+		{name: "half the leases lost", from: 1000, to: 500},
+		{name: "some leases lost", from: 1000, to: 600},
+		{name: "lease gained", from: 500, to: 1000},
+		{name: "first lease gained", from: 0, to: 1000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				capa := &fakeCapacity{start: time.Now(), steps: []step{{0, tt.from}, {change, tt.to}}}
+				p, err := pacing.New(pacing.Config{}, capa)
+				require.NoError(t, err)
+				ss := drive{costs: constant(1), until: change + 3*time.Second}.run(t, p, capa)
+				requireWithinCredit(t, capa, spends(ss))
+
+				var after []slc
+				for _, s := range ss {
+					if s.open > change {
+						after = append(after, s)
+					}
+				}
+				require.NotEmpty(t, after)
+				first := after[0]
+				require.LessOrEqual(t, first.open-change, slice+guard, "the change applies at the next slice")
+				if tt.to < tt.from {
+					require.Equal(t, burst(tt.to), first.budget, "the next slice is cut to the new rate")
+					for _, s := range after {
+						require.Equalf(t, burst(tt.to), s.budget, "slice at %v dips", s.open)
+					}
+					return
+				}
+				// Gained: the new credit counts from the change, not before.
+				require.LessOrEqual(t, float64(first.budget), float64(burst(tt.from))+tt.to*(first.open-change).Seconds())
+				for _, s := range after[2:] {
+					require.Equalf(t, burst(tt.to), s.budget, "slice at %v", s.open)
+				}
+			})
+		})
+	}
+}
+
+// TestLargeRecords: a record costing more than a slice is admitted on debt
+// only when the account holds it, so even when every record costs 2.5
+// slices the sliding window never exceeds the integral; a record costing
+// more than a window waits for an empty window, goes alone, and the debt
+// silences the worker until repaid.
+func TestLargeRecords(t *testing.T) {
+	t.Parallel()
+	t.Run("records of 2.5 slices", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			capa := &fakeCapacity{start: time.Now(), steps: []step{{0, 1000}}}
+			p, err := pacing.New(pacing.Config{}, capa)
+			require.NoError(t, err)
+			ss := drive{costs: constant(500), until: 20 * time.Second}.run(t, p, capa)
+			ev := spends(ss)
+			requireWithinCredit(t, capa, ev)
+			requireSliceBudgets(t, ss)
+			most, _ := maxWindow(ev, window)
+			require.Equal(t, int64(1000), most, "the debt rule lets nothing through beyond the integral")
+			most, _ = maxWindow(ev, slice-time.Nanosecond)
+			require.Equal(t, int64(500), most, "one record per slice")
+			sent, credit := float64(total(ev)), capa.credit(0, 20*time.Second)
+			t.Logf("utilization %.4f", sent/credit)
+			require.Greater(t, sent/credit, 0.9)
+		})
+	})
+	t.Run("record of 1.5 windows", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			capa := &fakeCapacity{start: time.Now(), steps: []step{{0, 1000}}}
+			p, err := pacing.New(pacing.Config{}, capa)
+			require.NoError(t, err)
+			costs := sequence(slices.Concat(repeat(3000, 1), []int64{1500})...)
+			ss := drive{costs: costs, until: 10 * time.Second}.run(t, p, capa)
+			ev := spends(ss)
+
+			i := slices.IndexFunc(ss, func(s slc) bool { return s.units == 1500 })
+			require.GreaterOrEqual(t, i, 0, "the large record was sent")
+			big := ss[i]
+			for _, s := range ss[:i] {
+				require.Falsef(t, s.units > 0 && s.at > big.at-window-guard, "spend at %v: the window before the large record is not empty", s.at)
+			}
+			// While it waited, the bucket filled: it covered one slice (200)
+			// of the record, so 1,300 is owed, repaid at 1,000 units/s.
+			next := slices.IndexFunc(ss[i+1:], func(s slc) bool { return s.units > 0 })
+			require.GreaterOrEqual(t, next, 0)
+			require.GreaterOrEqual(t, ss[i+1+next].at-big.at, 1300*time.Millisecond, "sends nothing until repaid")
+
+			most, _ := maxWindow(ev, window)
+			require.Equal(t, int64(1500), most, "the large record goes alone")
+			// Long run: never more than the bucket's first burst beyond the integral.
+			require.LessOrEqual(t, float64(total(ev)), capa.credit(0, 10*time.Second)+200)
+		})
+	})
+	t.Run("no credit yet", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			// The lease was just gained: the large record waits until the
+			// window is credited at the new rate, not only empty.
+			capa := &fakeCapacity{start: time.Now(), steps: []step{{0, 1000}}}
+			p, err := pacing.New(pacing.Config{}, capa)
+			require.NoError(t, err)
+			ss := drive{costs: constant(1500), until: 2 * time.Second}.run(t, p, capa)
+			require.Equal(t, int64(1500), ss[4].units, "sent once credited for Window − Slice")
+			require.Equal(t, 800*time.Millisecond, ss[4].at)
+			for _, s := range ss[:4] {
+				require.Zero(t, s.units)
+			}
+		})
+	})
+}
+
+// TestHandOver: pool of 1,000 units/s in 10 partitions of 100. Pacer A loses
+// a partition at e (stops counting it), pacer B gains it δ later. The union
+// of their spends never exceeds 1,000 in any sliding 1 s window, whatever
+// the phase between their slices and the latency between Next and Spend.
+func TestHandOver(t *testing.T) {
+	t.Parallel()
+	const e = 3*time.Second + 110*time.Millisecond
+	for _, delta := range []time.Duration{0, time.Millisecond, 50 * time.Millisecond} {
+		for _, phase := range []time.Duration{0, 37 * time.Millisecond, 100 * time.Millisecond, 163 * time.Millisecond} {
+			for _, cost := range []int64{1, 7} {
+				for _, lag := range []time.Duration{0, 2 * time.Millisecond} {
+					synctest.Test(t, func(t *testing.T) {
+						start := time.Now()
+						capA := &fakeCapacity{start: start, steps: []step{{0, 1000}, {e, 900}}}
+						capB := &fakeCapacity{start: start, steps: []step{{e + delta, 100}}}
+						a, err := pacing.New(pacing.Config{}, capA)
+						require.NoError(t, err)
+						b, err := pacing.New(pacing.Config{}, capB)
+						require.NoError(t, err)
+						dA := drive{costs: constant(cost), until: 8 * time.Second}
+						dB := drive{costs: constant(cost), offset: phase, until: 8 * time.Second}
+						if lag > 0 {
+							rngA, rngB := rand.New(rand.NewPCG(1, 2)), rand.New(rand.NewPCG(3, 4))
+							dA.lag = func() time.Duration { return time.Duration(rngA.Int64N(int64(lag))) }
+							dB.lag = func() time.Duration { return time.Duration(rngB.Int64N(int64(lag))) }
+						}
+						var ssA, ssB []slc
+						var wg sync.WaitGroup
+						wg.Go(func() { ssA = dA.run(t, a, capA) })
+						wg.Go(func() { ssB = dB.run(t, b, capB) })
+						wg.Wait()
+
+						evB := spends(ssB)
+						require.NotEmpty(t, evB)
+						require.Greater(t, evB[0].at, e+delta)
+						union := slices.Concat(spends(ssA), evB)
+						most, from := maxWindow(union, window)
+						require.LessOrEqualf(t, most, int64(1000), "δ %v, phase %v, cost %d, lag %v: window from %v", delta, phase, cost, lag, from)
+						mostAround, _ := maxWindow(slices.DeleteFunc(union, func(ev event) bool { return ev.at < e-window || ev.at > e+2*window }), window)
+						require.GreaterOrEqual(t, mostAround, int64(900), "the pool stays in use across the hand-over")
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestSpendConcurrent: Spend may run while Next waits, and what it records
+// counts: a whole window's credit spent concurrently leaves nothing for the
+// following slices.
+func TestSpendConcurrent(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		capa := &fakeCapacity{start: time.Now(), steps: []step{{-time.Hour, 1000}}}
+		p, err := pacing.New(pacing.Config{}, capa)
+		require.NoError(t, err)
+		b, err := p.Next(t.Context(), 1)
+		require.NoError(t, err)
+		require.Equal(t, int64(200), b)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for range 10 {
+					p.Spend(25)
+					time.Sleep(10 * time.Millisecond)
+				}
+			})
+		}
+		for range 4 {
+			b, err := p.Next(t.Context(), 1)
+			require.NoError(t, err)
+			require.Zero(t, b)
+		}
+		wg.Wait()
+	})
+}
