@@ -114,22 +114,28 @@ func (b *BulkLoad) Run(ctx context.Context) (Summary, error) {
 	return b.summary(ctx, total, badRows), err
 }
 
-// produce sends every record of the file to the topic and every malformed
-// row to the dead-letter topic. It returns the rows read and the bad ones.
+// produce sends every record of the file to the topic.
 func (b *BulkLoad) produce(ctx context.Context) (total, bad int64, err error) {
-	chunk := make([]Record, 0, b.cfg.Chunk)
+	return Produce(ctx, b.p.File, b.cfg.Topic, b.cfg.Chunk, b.p.Producer, b.p.DeadLetters, b.cfg.Logger)
+}
+
+// Produce sends every record of f to topic in chunks of chunk records
+// (default 500), and every malformed row to the dead-letter topic with its
+// file:line. It returns the rows read and how many were malformed.
+func Produce(ctx context.Context, f *FileReader, topic string, chunk int, p Producer, dlq DeadLetters, log *slog.Logger) (total, bad int64, err error) {
+	buf := make([]Record, 0, cmp.Or(chunk, 500))
 	flush := func() error {
-		if len(chunk) == 0 {
+		if len(buf) == 0 {
 			return nil
 		}
-		if err := b.p.Producer.Produce(ctx, b.cfg.Topic, chunk); err != nil {
-			return fmt.Errorf("produce to %q: %w", b.cfg.Topic, err)
+		if err := p.Produce(ctx, topic, buf); err != nil {
+			return fmt.Errorf("produce to %q: %w", topic, err)
 		}
-		chunk = chunk[:0]
+		buf = buf[:0]
 		return nil
 	}
 	for {
-		rec, err := b.p.File.Next()
+		rec, err := f.Next()
 		if err == io.EOF {
 			break
 		}
@@ -137,9 +143,9 @@ func (b *BulkLoad) produce(ctx context.Context) (total, bad int64, err error) {
 		var rowErr *RowError
 		if errors.As(err, &rowErr) {
 			bad++
-			b.cfg.Logger.Warn("malformed row dead-lettered", "file", rowErr.Path, "line", rowErr.Line, "err", rowErr.Err)
-			dead := Record{ID: ContentID(rowErr.Raw), Value: rowErr.Raw, Pos: Position{Topic: b.cfg.Topic, Offset: -1}}
-			if err := b.p.DeadLetters.DeadLetter(ctx, dead, rowErr.Error()); err != nil {
+			log.Warn("malformed row dead-lettered", "file", rowErr.Path, "line", rowErr.Line, "err", rowErr.Err)
+			dead := Record{ID: ContentID(rowErr.Raw), Value: rowErr.Raw, Pos: Position{Topic: topic, Offset: -1}}
+			if err := dlq.DeadLetter(ctx, dead, rowErr.Error()); err != nil {
 				return total, bad, fmt.Errorf("dead-letter %s: %w", rowErr.Error(), err)
 			}
 			continue
@@ -147,8 +153,8 @@ func (b *BulkLoad) produce(ctx context.Context) (total, bad int64, err error) {
 		if err != nil {
 			return total, bad, err
 		}
-		chunk = append(chunk, rec)
-		if len(chunk) == cap(chunk) {
+		buf = append(buf, rec)
+		if len(buf) == cap(buf) {
 			if err := flush(); err != nil {
 				return total, bad, err
 			}

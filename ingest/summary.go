@@ -3,7 +3,7 @@ package ingest
 import (
 	"fmt"
 	"io"
-		"math"
+	"math"
 	"time"
 
 	"github.com/schollz/progressbar/v3"

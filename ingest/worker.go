@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,9 +25,11 @@ type WorkerConfig struct {
 	// Concurrency is the most sink requests in flight at once. Default 16.
 	Concurrency int
 	// MaxInFlight is the most records fetched but not yet finished (queued,
-	// being written or waiting to be retried). The source is not read while
-	// it is reached, so memory stays flat whatever the backlog. Default
-	// 10,000 records.
+	// being written or waiting to be retried), a hard bound on memory.
+	// Default 10,000 records. Short of it, the worker keeps only about two
+	// slices' budget or half a second of its leased rate fetched ahead (at
+	// least one record, to sense a backlog), so records are dequeued only when there is capacity to
+	// write them and a group rebalance strands few of them.
 	MaxInFlight int
 	// MaxRecordCost is one second of the whole pool's capacity, in units. A
 	// record costing more can never be written without exceeding the pool,
@@ -60,8 +63,10 @@ type Worker struct {
 	log *slog.Logger
 	c   *Counters
 
-	slots   chan struct{} // one per record in flight
-	fetched chan *item    // fetched records waiting for budget
+	slots    chan struct{} // one per record in flight
+	fetched  chan *item    // fetched records waiting for budget
+	prefetch atomic.Int64  // records to keep in fetched
+	wake     chan struct{} // pokes the fetcher every slice
 
 	mu      sync.Mutex
 	retries retryHeap // records waiting out a backoff
@@ -101,6 +106,7 @@ func NewWorker(cfg WorkerConfig, p Ports) (*Worker, error) {
 		c:       cfg.Counters,
 		slots:   make(chan struct{}, cfg.MaxInFlight),
 		fetched: make(chan *item, cfg.MaxInFlight),
+		wake:    make(chan struct{}, 1),
 	}, nil
 }
 
@@ -135,10 +141,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// fetch reads the source into w.fetched while there are free slots.
+// fetch reads the source into w.fetched while there are free slots and
+// fewer than the prefetch target are waiting.
 func (w *Worker) fetch(ctx context.Context) {
 	var lastLog time.Time
 	for {
+		for int64(len(w.fetched)) >= max(w.prefetch.Load(), 1) {
+			select {
+			case <-w.wake:
+			case <-ctx.Done():
+				return
+			}
+		}
 		select {
 		case w.slots <- struct{}{}:
 		case <-ctx.Done():
@@ -214,6 +228,7 @@ func (w *Worker) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup) 
 		if err != nil {
 			return
 		}
+		w.setPrefetch(budget, want)
 		var take []*item
 		var spent int64
 		for {
@@ -262,6 +277,19 @@ func (w *Worker) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup) 
 				w.write(writeCtx, batch)
 			})
 		}
+	}
+}
+
+// setPrefetch keeps fetched ahead the larger of two slices' budget and half
+// a second at the leased rate (so a worker whose lease was just granted
+// fills its next slice), estimating a record's cost by the one waiting (1
+// when none), and wakes the fetcher once a slice.
+func (w *Worker) setPrefetch(budget, headCost int64) {
+	units := max(2*budget, int64(w.p.Capacity.Rate(time.Now())/2))
+	w.prefetch.Store(units / max(headCost, 1))
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 

@@ -121,7 +121,7 @@ type fakeCapacity struct {
 	demand []float64
 }
 
-func (c *fakeCapacity) Rate(time.Time) float64             { return 1000 }
+func (c *fakeCapacity) Rate(time.Time) float64            { return 1000 }
 func (c *fakeCapacity) Credit(from, to time.Time) float64 { return to.Sub(from).Seconds() * 1000 }
 func (c *fakeCapacity) SetDemand(d float64) {
 	c.mu.Lock()

@@ -1,0 +1,40 @@
+# sluice — make help lists the targets.
+SHELL := bash
+GO ?= go
+CACHE ?= .cache
+BIN := bin/sluice
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## build bin/sluice
+	$(GO) build -o $(BIN) ./cmd/sluice
+
+.PHONY: demo
+demo: build ## bulk-load the USGS earthquakes through embedded Kafka, Redis and a sink throttled at 2,000 records/s
+	@mkdir -p $(CACHE)
+	$(BIN) bulk-load --embedded --capacity 2000 --partitions 20 --workers 2 \
+		--topic earthquakes --id-field id --summary-json $(CACHE)/demo-summary.json \
+		testdata/usgs-earthquakes-2025-05.csv
+	@echo "summary written to $(CACHE)/demo-summary.json"
+
+.PHONY: test
+test: ## unit and integration tests with the race detector (starts a real redis-server itself)
+	$(GO) test -race -count=1 ./...
+
+.PHONY: lint
+lint: ## gofmt, go vet, and go mod tidy leaving no diff
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	$(GO) mod tidy -diff
+
+.PHONY: ci
+ci: lint test demo ## what CI runs
+
+.PHONY: clean
+clean: ## remove build output and caches
+	rm -rf bin $(CACHE)

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/sink"
+)
+
+func onUsageError(_ *cli.Context, err error, _ bool) error {
+	return cli.Exit(err.Error()+" (see --help)", exitUsage)
+}
+
+func workerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "worker",
+		Usage: "drain a topic into the sink at the leased rate until SIGTERM",
+		Description: "Joins the topic's consumer group and the capacity pool, leases a fair share of the\n" +
+			"pool's partitions while it has a backlog, and writes at exactly the leased rate.\n" +
+			"On SIGTERM it stops fetching, lets in-flight writes finish within --grace, commits\n" +
+			"what the sink acknowledged, releases its leases and exits 0.",
+		Flags:        concat(connectionFlags(), poolFlags(), pipelineFlags(), logFlags(), []cli.Flag{stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)")}),
+		OnUsageError: onUsageError,
+		Action: func(c *cli.Context) error {
+			s, err := readSettings(c)
+			if err != nil {
+				return usageError(err)
+			}
+			clients := redisClients(s.redisAddrs)
+			defer closeAll(clients)
+			if err := ensurePool(c.Context, s, clients); err != nil {
+				return err
+			}
+			httpSink, err := sink.NewHTTP(sink.HTTPConfig{URL: s.sinkURL, Timeout: s.requestTimeout})
+			if err != nil {
+				return usageError(err)
+			}
+			dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: s.brokers})
+			if err != nil {
+				return err
+			}
+			defer dlq.Close()
+			if err := queue.EnsureTopic(c.Context, s.brokers, s.topic+".dlq", 1); err != nil {
+				return err
+			}
+			stack, _, err := workerStack(s, clients, shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters)}, c.String("worker-id"))
+			if err != nil {
+				return err
+			}
+			s.log.Info("worker started", "topic", s.topic, "group", s.group, "pool", s.pool.Name)
+			return stack.Run(c.Context)
+		},
+	}
+}
+
+func bulkLoadCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "bulk-load",
+		Usage:     "load a CSV or NDJSON file through Kafka into the sink, at the pool's rate, and report",
+		ArgsUsage: "FILE",
+		Description: "Produces every record of FILE to the topic (malformed rows go to <topic>.dlq with\n" +
+			"file:line), drains it with --workers in-process workers in the topic's consumer\n" +
+			"group (running worker pods help), and finishes when the group has committed every\n" +
+			"produced offset. With --embedded, Kafka, Redis and the sink emulator run in-process\n" +
+			"unless --brokers, --redis-addr or --sink are given.",
+		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), []cli.Flag{
+			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods)"),
+			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what is not given (nothing to install)"),
+			stringFlag("format", "", "input format: csv or ndjson (default: from the extension)"),
+			intFlag("topic-partitions", 6, "partitions of the topic when sluice creates it"),
+			stringFlag("summary-json", "", "write the summary as JSON to this `FILE`"),
+		}, simFlags("sim-"), logFlags()),
+		OnUsageError: onUsageError,
+		Action:       bulkLoad,
+	}
+}
+
+func bulkLoad(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usageError(errors.New("bulk-load needs exactly one FILE argument"))
+	}
+	s, err := readSettings(c)
+	if err != nil {
+		return usageError(err)
+	}
+	workers := c.Int("workers")
+	if workers < 1 {
+		return usageError(fmt.Errorf("--workers: must be ≥ 1 (got %d)", workers))
+	}
+	file, err := ingest.OpenFile(c.Args().First(), c.String("format"), s.idField)
+	if err != nil {
+		return usageError(err)
+	}
+	ctx := c.Context
+	if c.Bool("embedded") {
+		emb, err := startEmbedded(ctx, c, &s)
+		if err != nil {
+			return err
+		}
+		defer emb.close()
+	}
+	clients := redisClients(s.redisAddrs)
+	defer closeAll(clients)
+	if err := ensurePool(ctx, s, clients); err != nil {
+		return err
+	}
+	for topic, parts := range map[string]int{s.topic: c.Int("topic-partitions"), s.topic + ".dlq": 1} {
+		if err := queue.EnsureTopic(ctx, s.brokers, topic, parts); err != nil {
+			return err
+		}
+	}
+	httpSink, err := sink.NewHTTP(sink.HTTPConfig{URL: s.sinkURL, Timeout: s.requestTimeout})
+	if err != nil {
+		return usageError(err)
+	}
+	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: s.brokers})
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: s.brokers})
+	if err != nil {
+		return err
+	}
+	defer dlq.Close()
+
+	sh := shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters)}
+	var stacks []ingest.Runner
+	var managers []*lease.Manager
+	for i := range workers {
+		stack, mgr, err := workerStack(s, clients, sh, fmt.Sprintf("bulk-%d-%d", os.Getpid(), i))
+		if err != nil {
+			return err
+		}
+		stacks, managers = append(stacks, stack), append(managers, mgr)
+	}
+	cfg := ingest.BulkLoadConfig{Topic: s.topic, Group: s.group, Capacity: s.pool.Capacity, Unit: s.pool.Unit, Logger: s.log}
+	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		cfg.Bar = f
+	}
+	load, err := ingest.NewBulkLoad(cfg, ingest.BulkLoadPorts{
+		File:        file,
+		Producer:    producer,
+		DeadLetters: dlq,
+		Offsets:     queue.Admin{Brokers: s.brokers},
+		Workers:     stacks,
+		Counters:    sh.counters,
+		Rate: func(now time.Time) float64 {
+			var sum float64
+			for _, m := range managers {
+				sum += m.Rate(now)
+			}
+			return sum
+		},
+		Sink: httpSink,
+	})
+	if err != nil {
+		return err
+	}
+	summary, err := load.Run(ctx)
+	summary.WriteText(c.App.Writer)
+	if path := c.String("summary-json"); path != "" {
+		data, jerr := json.MarshalIndent(summary, "", "  ")
+		if jerr == nil {
+			jerr = os.WriteFile(path, append(data, '\n'), 0o644)
+		}
+		if jerr != nil {
+			return fmt.Errorf("--summary-json: %w", jerr)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if summary.RecordsDeadLettered > 0 {
+		return cli.Exit(fmt.Sprintf("%d records were dead-lettered to %s.dlq", summary.RecordsDeadLettered, s.topic), exitDeadLetters)
+	}
+	return nil
+}
+
+func produceCommand() *cli.Command {
+	return &cli.Command{
+		Name:         "produce",
+		Usage:        "produce a CSV or NDJSON file's records to a topic (no draining)",
+		ArgsUsage:    "FILE",
+		Flags:        concat(inCategory(catConnect, stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`")), []cli.Flag{stringFlag("topic", "records", "Kafka `topic`"), stringFlag("id-field", "", "JSON field or CSV column holding the record ID"), stringFlag("format", "", "csv or ndjson (default: from the extension)"), intFlag("topic-partitions", 6, "partitions of the topic when sluice creates it")}, logFlags()),
+		OnUsageError: onUsageError,
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError(errors.New("produce needs exactly one FILE argument"))
+			}
+			log, err := newLogger(c)
+			if err != nil {
+				return usageError(err)
+			}
+			file, err := ingest.OpenFile(c.Args().First(), c.String("format"), c.String("id-field"))
+			if err != nil {
+				return usageError(err)
+			}
+			brokers, topic := splitList(c.String("brokers")), c.String("topic")
+			for t, parts := range map[string]int{topic: c.Int("topic-partitions"), topic + ".dlq": 1} {
+				if err := queue.EnsureTopic(c.Context, brokers, t, parts); err != nil {
+					return err
+				}
+			}
+			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers})
+			if err != nil {
+				return err
+			}
+			defer producer.Close()
+			dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers})
+			if err != nil {
+				return err
+			}
+			defer dlq.Close()
+			n, bad, err := ingest.Produce(c.Context, file, topic, 0, producer, dlq, log)
+			fmt.Fprintf(c.App.Writer, "produced %d records to %s, %d malformed rows to %s.dlq\n", n, topic, bad, topic)
+			return err
+		},
+	}
+}
+
+func sinkSimCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "sink-sim",
+		Usage: "run the throttled sink emulator (rehearse loads against a provisioned rate)",
+		Description: "Serves POST /v1/records (a JSON array of {id, cost, value}), enforces --capacity\n" +
+			"units/s, answers 429 with Retry-After when over it, dedupes by record ID, and serves\n" +
+			"GET /v1/stats: accepted, throttled, duplicates and the most units accepted in any\n" +
+			"sliding 1 s and 200 ms window.",
+		Flags:        concat([]cli.Flag{stringFlag("listen", "127.0.0.1:8088", "`address` to serve on"), stringFlag("unit", "records", "records, bytes or cost")}, simFlags(""), logFlags()),
+		OnUsageError: onUsageError,
+		Action: func(c *cli.Context) error {
+			log, err := newLogger(c)
+			if err != nil {
+				return usageError(err)
+			}
+			cfg, err := simConfig(c, "", 0)
+			if err != nil {
+				return usageError(err)
+			}
+			sim, err := sink.NewSim(cfg)
+			if err != nil {
+				return usageError(err)
+			}
+			ln, err := net.Listen("tcp", c.String("listen"))
+			if err != nil {
+				return usageError(fmt.Errorf("--listen: %w", err))
+			}
+			log.Info("sink emulator listening", "addr", ln.Addr().String(), "capacity_units_per_s", cfg.Capacity, "mode", cfg.Mode)
+			return sim.Serve(c.Context, ln)
+		},
+	}
+}
+
+// simConfig reads the emulator flags (prefix "sim-" on bulk-load);
+// capacity is the default when --<prefix>capacity is 0.
+func simConfig(c *cli.Context, prefix string, capacity float64) (sink.SimConfig, error) {
+	unit, err := ingest.ParseUnit(c.String("unit"))
+	if err != nil {
+		return sink.SimConfig{}, fmt.Errorf("--unit: %w", err)
+	}
+	cfg := sink.SimConfig{
+		Capacity:       int64(c.Float64(prefix + "capacity")),
+		Mode:           c.String(prefix + "mode"),
+		Unit:           unit,
+		Latency:        c.Duration(prefix + "latency"),
+		ErrorRate:      c.Float64(prefix + "error-rate"),
+		RequiredFields: splitList(c.String(prefix + "required-fields")),
+		Seed:           time.Now().UnixNano(),
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = int64(capacity)
+	}
+	if cfg.Capacity <= 0 {
+		return cfg, fmt.Errorf("--%scapacity: the emulator's provisioned rate in %s/s must be > 0", prefix, unit)
+	}
+	return cfg, nil
+}
+
+func poolCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "pool",
+		Usage: "inspect capacity pools",
+		Subcommands: []*cli.Command{{
+			Name:         "status",
+			Usage:        "show a pool's definition, its members' demand, and who holds which partition",
+			Flags:        concat(inCategory(catConnect, stringFlag("redis-addr", "127.0.0.1:6379", "Redis `host:port`")), []cli.Flag{stringFlag("pool", "default", "pool `name`"), boolFlag("json", "print JSON")}),
+			OnUsageError: onUsageError,
+			Action: func(c *cli.Context) error {
+				clients := redisClients(splitList(c.String("redis-addr"))[:1])
+				defer closeAll(clients)
+				ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+				defer cancel()
+				st, err := lease.Status(ctx, clients[0], "", c.String("pool"))
+				if err != nil {
+					return err
+				}
+				if c.Bool("json") {
+					enc := json.NewEncoder(c.App.Writer)
+					enc.SetIndent("", "  ")
+					return enc.Encode(st)
+				}
+				_, err = fmt.Fprint(c.App.Writer, strings.TrimLeft(st.String(), "\n"))
+				return err
+			},
+		}},
+	}
+}

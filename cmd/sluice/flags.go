@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// env names the environment variable of a flag: SLUICE_ and the flag's name
+// in upper case with dashes as underscores.
+func env(name string) []string {
+	return []string{"SLUICE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+}
+
+func stringFlag(name, value, usage string) *cli.StringFlag {
+	return &cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: env(name)}
+}
+
+func intFlag(name string, value int, usage string) *cli.IntFlag {
+	return &cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: env(name)}
+}
+
+func floatFlag(name string, value float64, usage string) *cli.Float64Flag {
+	return &cli.Float64Flag{Name: name, Value: value, Usage: usage, EnvVars: env(name)}
+}
+
+func durationFlag(name string, value time.Duration, usage string) *cli.DurationFlag {
+	return &cli.DurationFlag{Name: name, Value: value, Usage: usage, EnvVars: env(name)}
+}
+
+func boolFlag(name, usage string) *cli.BoolFlag {
+	return &cli.BoolFlag{Name: name, Usage: usage, EnvVars: env(name)}
+}
+
+const (
+	catConnect  = "Connections:"
+	catPool     = "Capacity pool:"
+	catPipeline = "Pipeline:"
+	catLog      = "Logging:"
+	catSim      = "Embedded sink emulator (bulk-load --embedded):"
+)
+
+func inCategory(cat string, flags ...cli.Flag) []cli.Flag {
+	for _, f := range flags {
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			f.Category = cat
+		case *cli.IntFlag:
+			f.Category = cat
+		case *cli.Float64Flag:
+			f.Category = cat
+		case *cli.DurationFlag:
+			f.Category = cat
+		case *cli.BoolFlag:
+			f.Category = cat
+		}
+	}
+	return flags
+}
+
+func connectionFlags() []cli.Flag {
+	return inCategory(catConnect,
+		stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`"),
+		stringFlag("redis-addr", "127.0.0.1:6379", "Redis holding the capacity pools, `host:port`; several comma-separated independent masters form a Redlock quorum"),
+		stringFlag("sink", "http://127.0.0.1:8088", "the throttled sink, as a `URL` (http:// = the sink emulator's batch protocol)"),
+	)
+}
+
+func logFlags() []cli.Flag {
+	return inCategory(catLog,
+		stringFlag("log-level", "info", "log level: debug, info, warn or error"),
+		stringFlag("log-format", "text", "log format: text or json"),
+	)
+}
+
+func poolFlags() []cli.Flag {
+	return inCategory(catPool,
+		stringFlag("pool", "default", "capacity pool `name` (one per throttled resource)"),
+		floatFlag("capacity", 0, "pool capacity in `units/s` (required)"),
+		stringFlag("unit", "records", "what capacity counts: records, bytes (payload bytes) or cost"),
+		intFlag("cost", 1, "cost of one record in units when --unit cost (e.g. RU per write)"),
+		intFlag("partitions", 20, "capacity partitions the pool is split into; each is leased whole"),
+		durationFlag("lease-ttl", 15*time.Second, "lease time-to-live; renewed at a third of it"),
+	)
+}
+
+func pipelineFlags() []cli.Flag {
+	return inCategory(catPipeline,
+		stringFlag("topic", "records", "Kafka `topic` of the record type (dead letters go to <topic>.dlq)"),
+		stringFlag("group", "", "Kafka consumer group (default sluice-<topic>)"),
+		stringFlag("id-field", "", "JSON field or CSV column holding the record ID (idempotency key); default: a content hash"),
+		durationFlag("slice", 200*time.Millisecond, "pacing slice: work is released every slice"),
+		intFlag("batch-size", 100, "most records per sink request"),
+		intFlag("concurrency", 16, "most sink requests in flight at once"),
+		intFlag("max-in-flight", 10000, "most records fetched but not finished; fetching pauses at this many"),
+		durationFlag("request-timeout", 2*time.Second, "sink request timeout (the lease safety margin covers it)"),
+		durationFlag("grace", 10*time.Second, "on SIGTERM, how long in-flight writes may finish"),
+		intFlag("max-attempts", 8, "write attempts per record before it is dead-lettered"),
+	)
+}
+
+func simFlags(prefix string) []cli.Flag {
+	cat := catSim
+	if prefix == "" {
+		cat = "Emulator:"
+	}
+	return inCategory(cat,
+		floatFlag(prefix+"capacity", 0, "provisioned rate in `units/s` (bulk-load --embedded: default the pool capacity)"),
+		stringFlag(prefix+"mode", "bucket", "rate enforcement: bucket (one second of capacity, like a per-second RU budget) or window (strict sliding 1 s)"),
+		durationFlag(prefix+"latency", 0, "added latency per request"),
+		floatFlag(prefix+"error-rate", 0, "fraction of records answered 503 (0..1)"),
+		stringFlag(prefix+"required-fields", "", "comma-separated fields every record must have, else 400"),
+	)
+}
+
+func concat(groups ...[]cli.Flag) []cli.Flag {
+	var out []cli.Flag
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
+func newLogger(c *cli.Context) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.String("log-format") {
+	case "text":
+		return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: want text or json, got %q", c.String("log-format"))
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

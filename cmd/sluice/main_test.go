@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// sample writes the first n rows of the USGS file (plus extra raw lines) to a
+// temporary CSV.
+func sample(t *testing.T, n int, extra ...string) string {
+	t.Helper()
+	data, err := os.ReadFile("../../testdata/usgs-earthquakes-2025-05.csv")
+	require.NoError(t, err)
+	lines := strings.SplitAfter(string(data), "\n")
+	out := strings.Join(lines[:n+1], "") + strings.Join(extra, "")
+	path := filepath.Join(t.TempDir(), "sample.csv")
+	require.NoError(t, os.WriteFile(path, []byte(out), 0o600))
+	return path
+}
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(append([]string{"sluice"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func readSummary(t *testing.T, path string) ingest.Summary {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var s ingest.Summary
+	require.NoError(t, json.Unmarshal(data, &s))
+	return s
+}
+
+// Two in-process workers, embedded Kafka, embedded Redis and the sink
+// emulator: every record exactly once at the sink, no window over capacity.
+func TestBulkLoadEmbeddedTwoWorkers(t *testing.T) {
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	code, stdout, stderr := runCLI(t, "bulk-load", "--embedded", "--capacity", "1000", "--partitions", "10",
+		"--workers", "2", "--id-field", "id", "--topic", "quakes", "--summary-json", summary, sample(t, 2500))
+	require.Equal(t, exitOK, code, "stderr:\n%s", stderr)
+	require.Contains(t, stdout, "2500 delivered")
+	s := readSummary(t, summary)
+	t.Logf("summary: %+v", s)
+	require.Equal(t, int64(2500), s.RecordsTotal)
+	require.Equal(t, int64(2500), s.RecordsDelivered)
+	require.Equal(t, int64(0), s.RecordsDeadLettered)
+	require.Equal(t, int64(0), s.DuplicatesAtSink)
+	require.Equal(t, int64(0), s.SinkThrottled)
+	require.NotNil(t, s.SinkStats)
+	require.Equal(t, int64(2500), s.SinkStats.Accepted, "every record stored once")
+	require.LessOrEqual(t, s.MaxUnits1sWindow, int64(1010), "no sliding second over capacity (+1 %% jitter)")
+	require.Greater(t, s.Utilization, 0.5)
+}
+
+func TestBulkLoadDeadLettersMalformedRowsAndDeliversTheRest(t *testing.T) {
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	path := sample(t, 300, "broken,row\n")
+	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--capacity", "5000", "--id-field", "id",
+		"--summary-json", summary, path)
+	require.Equal(t, exitDeadLetters, code, "stderr:\n%s", stderr)
+	require.Contains(t, stderr, "sample.csv:302: wrong number of fields")
+	s := readSummary(t, summary)
+	require.Equal(t, int64(301), s.RecordsTotal)
+	require.Equal(t, int64(300), s.RecordsDelivered)
+	require.Equal(t, int64(1), s.RecordsDeadLettered)
+}
+
+func TestPoolDefinitionMismatchIsRefused(t *testing.T) {
+	redis := miniredis.RunT(t)
+	path := sample(t, 10)
+	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--redis-addr", redis.Addr(), "--pool", "p",
+		"--capacity", "2000", "--id-field", "id", path)
+	require.Equal(t, exitOK, code, stderr)
+	code, _, stderr = runCLI(t, "bulk-load", "--embedded", "--redis-addr", redis.Addr(), "--pool", "p",
+		"--capacity", "1000", "--id-field", "id", path)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "2000")
+	require.Contains(t, stderr, "1000")
+}
+
+func TestUsageErrorsNameTheProblem(t *testing.T) {
+	t.Parallel()
+	path := sample(t, 1)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bulk-load", "--no-such-flag", path}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"bulk-load", "--embedded", path}, "--capacity"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--unit", "apples", path}, `--unit: unknown unit "apples"`},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--partitions", "0", path}, "--partitions"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10"}, "exactly one FILE"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "nope", path}, `--id-field "nope" is not a column`},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "missing.csv"}, "missing.csv"},
+		{[]string{"worker", "--capacity", "10", "--sink", "ftp://x"}, "--sink"},
+	} {
+		code, _, stderr := runCLI(t, tc.args...)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, stderr)
+		require.Contains(t, stderr, tc.want, "%v", tc.args)
+	}
+}
+
+func TestEveryFlagHasAnEnvVar(t *testing.T) {
+	t.Parallel()
+	app := newApp(&bytes.Buffer{}, &bytes.Buffer{})
+	for _, cmd := range app.Commands {
+		cmds := append([]*cli.Command{cmd}, cmd.Subcommands...)
+		for _, c := range cmds {
+			for _, f := range c.Flags {
+				env, ok := f.(interface{ GetEnvVars() []string })
+				require.True(t, ok)
+				name := f.Names()[0]
+				require.Equal(t, []string{"SLUICE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}, env.GetEnvVars(), "%s --%s", c.Name, name)
+			}
+		}
+	}
+}

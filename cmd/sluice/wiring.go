@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/urfave/cli/v2"
+
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/pacing"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/sink"
+)
+
+// settings are the validated flags shared by worker and bulk-load.
+type settings struct {
+	log        *slog.Logger
+	brokers    []string
+	redisAddrs []string
+	sinkURL    string
+
+	pool    lease.Pool
+	pricing ingest.Pricing
+
+	topic, group, idField        string
+	slice, requestTimeout, grace time.Duration
+	batch, concurrency           int
+	maxInFlight, maxAttempts     int
+}
+
+// readSettings validates the flags; its errors name the flag.
+func readSettings(c *cli.Context) (settings, error) {
+	log, err := newLogger(c)
+	if err != nil {
+		return settings{}, err
+	}
+	unit, err := ingest.ParseUnit(c.String("unit"))
+	if err != nil {
+		return settings{}, fmt.Errorf("--unit: %w", err)
+	}
+	s := settings{
+		log:            log,
+		brokers:        splitList(c.String("brokers")),
+		redisAddrs:     splitList(c.String("redis-addr")),
+		sinkURL:        c.String("sink"),
+		pool:           lease.Pool{Name: c.String("pool"), Capacity: c.Float64("capacity"), Unit: unit, Partitions: c.Int("partitions"), TTL: c.Duration("lease-ttl")},
+		pricing:        ingest.Pricing{Unit: unit, PerRecord: int64(c.Int("cost"))},
+		topic:          c.String("topic"),
+		group:          c.String("group"),
+		idField:        c.String("id-field"),
+		slice:          c.Duration("slice"),
+		requestTimeout: c.Duration("request-timeout"),
+		grace:          c.Duration("grace"),
+		batch:          c.Int("batch-size"),
+		concurrency:    c.Int("concurrency"),
+		maxInFlight:    c.Int("max-in-flight"),
+		maxAttempts:    c.Int("max-attempts"),
+	}
+	if s.group == "" {
+		s.group = "sluice-" + s.topic
+	}
+	switch {
+	case len(s.brokers) == 0:
+		return s, errors.New("--brokers: at least one host:port is required")
+	case len(s.redisAddrs) == 0:
+		return s, errors.New("--redis-addr: at least one host:port is required")
+	case s.topic == "":
+		return s, errors.New("--topic: a topic is required")
+	case s.pool.Capacity <= 0 || math.IsInf(s.pool.Capacity, 0) || math.IsNaN(s.pool.Capacity):
+		return s, fmt.Errorf("--capacity: the pool's capacity in %s/s is required and must be > 0 (got %v)", unit, s.pool.Capacity)
+	case s.pool.Partitions < 1:
+		return s, fmt.Errorf("--partitions: must be ≥ 1 (got %d)", s.pool.Partitions)
+	case c.Int("cost") < 1:
+		return s, fmt.Errorf("--cost: must be ≥ 1 (got %d)", c.Int("cost"))
+	case s.slice < 10*time.Millisecond:
+		return s, fmt.Errorf("--slice: must be ≥ 10ms (got %s)", s.slice)
+	case s.batch < 1 || s.concurrency < 1 || s.maxInFlight < 1 || s.maxAttempts < 1:
+		return s, errors.New("--batch-size, --concurrency, --max-in-flight and --max-attempts must be ≥ 1")
+	}
+	if _, err := sinkBaseURL(s.sinkURL); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// sinkBaseURL checks the --sink URL.
+func sinkBaseURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("--sink: want an http:// or https:// URL of the sink emulator, got %q", raw)
+	}
+	return raw, nil
+}
+
+func redisClients(addrs []string) []redis.UniversalClient {
+	out := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		out[i] = redis.NewClient(&redis.Options{Addr: a})
+	}
+	return out
+}
+
+func closeAll(clients []redis.UniversalClient) {
+	for _, c := range clients {
+		_ = c.Close()
+	}
+}
+
+// ensurePool stores the pool definition in every Redis master or refuses a
+// different one (a usage error).
+func ensurePool(ctx context.Context, s settings, clients []redis.UniversalClient) error {
+	for _, c := range clients {
+		if err := lease.EnsurePool(ctx, c, "", s.pool); err != nil {
+			if errors.Is(err, lease.ErrPoolMismatch) || errors.Is(err, lease.ErrInvalidPool) {
+				return usageError(err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// shared are the parts several in-process workers use together.
+type shared struct {
+	sink     ingest.Sink
+	dlq      ingest.DeadLetters
+	counters *ingest.Counters
+}
+
+// workerStack builds one worker as a separate pod would run it: its own
+// consumer, lease manager and pacer. Stopping it stops fetching, drains,
+// commits, then releases the leases.
+func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerID string) (ingest.Runner, *lease.Manager, error) {
+	log := s.log.With("worker", workerID)
+	src, err := queue.NewSource(queue.SourceConfig{Brokers: s.brokers, Topic: s.topic, Group: s.group, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	mgr, err := lease.New(lease.Config{
+		Pool: s.pool, WorkerID: workerID, RequestTimeout: s.requestTimeout, Slice: s.slice, Logger: log,
+	}, clients...)
+	if err != nil {
+		return nil, nil, usageError(err)
+	}
+	pacer, err := pacing.New(pacing.Config{Slice: s.slice}, mgr)
+	if err != nil {
+		return nil, nil, usageError(err)
+	}
+	w, err := ingest.NewWorker(ingest.WorkerConfig{
+		Pricing:       s.pricing,
+		IDField:       s.idField,
+		MaxBatch:      s.batch,
+		Concurrency:   s.concurrency,
+		MaxInFlight:   s.maxInFlight,
+		MaxRecordCost: int64(s.pool.Capacity),
+		Grace:         s.grace,
+		Logger:        log,
+		Counters:      sh.counters,
+	}, ingest.Ports{
+		Source:      src,
+		DeadLetters: sh.dlq,
+		Sink:        sh.sink,
+		Retry:       sink.Policy{MaxAttempts: s.maxAttempts},
+		Pacer:       pacer,
+		Capacity:    mgr,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	stack := ingest.RunFunc(func(ctx context.Context) error { return ingest.RunStack(ctx, w, src, mgr) })
+	return stack, mgr, nil
+}
