@@ -3,11 +3,11 @@ package queue
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -80,7 +80,9 @@ type SourceConfig struct {
 // Source consumes a topic in a consumer group with kafka-go's Reader
 // (FetchMessage, never ReadMessage; the reader's own CommitInterval is 0)
 // and commits, per partition, only offsets below which every fetched record
-// is Done. It implements ingest.Source; Run owns the reader.
+// is Done. It implements ingest.Source. Fetch and Done may be called
+// before and while Run runs; Run (called once) commits and, on stop, closes
+// the reader.
 type Source struct {
 	cfg     SourceConfig
 	log     *slog.Logger
@@ -88,7 +90,10 @@ type Source struct {
 	tracker *commitTracker
 
 	statsMu sync.Mutex // serializes reader.Stats, which resets its counters
-	joined  atomic.Bool
+
+	// clientID identifies this member in the group (DescribeGroups).
+	clientID string
+	admin    *kafka.Client
 
 	closeOnce sync.Once
 	closeErr  error
@@ -123,6 +128,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		return nil, fmt.Errorf("%w: HeartbeatInterval (%s) must be below SessionTimeout (%s)", ErrInvalidConfig, cfg.HeartbeatInterval, cfg.SessionTimeout)
 	}
 	log := cfg.Logger.With("topic", cfg.Topic, "group", cfg.Group)
+	clientID := "sluice-" + rand.Text()[:16]
 	rc := kafka.ReaderConfig{
 		Brokers:           cfg.Brokers,
 		GroupID:           cfg.Group,
@@ -136,13 +142,17 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		SessionTimeout:    cfg.SessionTimeout,
 		CommitInterval:    0, // synchronous, explicit commits only
 		StartOffset:       kafka.FirstOffset,
+		Dialer:            &kafka.Dialer{ClientID: clientID, Timeout: 10 * time.Second, DualStack: true},
 		Logger:            kafkaLogger(log, slog.LevelDebug),
 		ErrorLogger:       kafkaLogger(log, slog.LevelWarn),
 	}
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Source{cfg: cfg, log: log, reader: kafka.NewReader(rc), tracker: newCommitTracker()}, nil
+	return &Source{
+		cfg: cfg, log: log, reader: kafka.NewReader(rc), tracker: newCommitTracker(), clientID: clientID,
+		admin: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: &kafka.Transport{ClientID: clientID}},
+	}, nil
 }
 
 // Fetch returns the next record, with Pos, Key and Value set and ID set
@@ -157,15 +167,7 @@ func (s *Source) Fetch(ctx context.Context) (ingest.Record, error) {
 		}
 		return ingest.Record{}, fmt.Errorf("fetch from topic %q: %w", s.cfg.Topic, err)
 	}
-	if !s.joined.Load() {
-		// The first message comes after the reader joined the group, and
-		// the join counted as a rebalance: forget it, only later ones
-		// matter (see Run).
-		s.statsMu.Lock()
-		s.reader.Stats()
-		s.joined.Store(true)
-		s.statsMu.Unlock()
-	}
+	s.noticeRebalance()
 	rec := recordOf(m)
 	if s.tracker.fetched(rec.Pos) {
 		s.log.Info("partition fetched again from an earlier offset, in-flight records will be redelivered",
@@ -225,7 +227,7 @@ func (s *Source) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CommitTimeout)
-		err := s.commit(cctx)
+		err := errors.Join(s.resumeAssigned(cctx), s.commit(cctx))
 		cancel()
 		if err != nil && ctx.Err() == nil && errLog.allow() {
 			s.log.Warn("commit failed, retrying at the next interval", "err", err, "in_flight", s.tracker.inFlight())
@@ -233,20 +235,60 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 }
 
-// commit commits what the tracker offers.
-func (s *Source) commit(ctx context.Context) error {
-	if s.joined.Load() {
-		s.statsMu.Lock()
-		rebalances := s.reader.Stats().Rebalances
-		s.statsMu.Unlock()
-		if rebalances > 0 {
-			// The reader moved to a new generation: partitions may have
-			// been revoked, and those kept are fetched again from the
-			// group's committed offset. Commit none until fetched again.
-			s.tracker.suspendAll()
-			s.log.Info("group rebalanced, partitions wait for their next fetch before committing")
+// noticeRebalance suspends every partition's commits when the reader
+// started a new group generation since the last call: partitions may have
+// been revoked, and those kept are fetched again. kafka-go counts a
+// generation before it starts fetching in it, and Fetch calls this before
+// tracking each message, so every message of a new generation is tracked
+// after the suspension and lifts it for its partition. (The first join
+// counts too; suspending an empty tracker is harmless.)
+func (s *Source) noticeRebalance() {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	if s.reader.Stats().Rebalances > 0 {
+		s.tracker.suspendAll()
+		s.log.Debug("group generation started, commits wait for each partition's next fetch")
+	}
+}
+
+// resumeAssigned lifts the suspension of the partitions the group says are
+// this member's, when some are suspended: a generation change that kept a
+// partition with nothing more to fetch, or a leader change (kafka-go counts
+// it as a rebalance too), would otherwise hold its commits back forever.
+func (s *Source) resumeAssigned(ctx context.Context) error {
+	seq, any := s.tracker.suspension()
+	if !any {
+		return nil
+	}
+	res, err := s.admin.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{s.cfg.Group}})
+	if err != nil {
+		return fmt.Errorf("describe group %q: %w", s.cfg.Group, err)
+	}
+	s.noticeRebalance() // a generation change during the call supersedes its answer
+	for _, g := range res.Groups {
+		if g.Error != nil {
+			return fmt.Errorf("describe group %q: %w", s.cfg.Group, g.Error)
+		}
+		if g.GroupID != s.cfg.Group || g.GroupState != "Stable" {
+			continue // rebalancing: ask again at the next interval
+		}
+		for _, m := range g.Members {
+			if m.ClientID != s.clientID {
+				continue
+			}
+			for _, t := range m.MemberAssignments.Topics {
+				if t.Topic == s.cfg.Topic {
+					s.tracker.resume(seq, t.Topic, t.Partitions)
+				}
+			}
 		}
 	}
+	return nil
+}
+
+// commit commits what the tracker offers.
+func (s *Source) commit(ctx context.Context) error {
+	s.noticeRebalance()
 	commits := s.tracker.committable()
 	if len(commits) == 0 {
 		return nil
@@ -273,6 +315,9 @@ func (s *Source) commit(ctx context.Context) error {
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
 		s.closeErr = closeBounded(s.reader.Close, s.cfg.CloseTimeout, "Kafka reader")
+		if t, ok := s.admin.Transport.(*kafka.Transport); ok {
+			t.CloseIdleConnections()
+		}
 	})
 	return s.closeErr
 }

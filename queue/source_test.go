@@ -284,3 +284,23 @@ func TestSourceRebalance(t *testing.T) {
 	require.NoError(t, stopB())
 	require.Equal(t, end, committed(t, group, topic), "no rewind")
 }
+
+// A suspension that no fetch lifts (kafka-go counts a partition leader
+// change as a rebalance; or a kept partition has nothing more to fetch) is
+// lifted for the partitions the group says are this member's.
+func TestSourceResumesAssignedPartitions(t *testing.T) {
+	t.Parallel()
+	topic, group := newTopic(t, 2), "g-"+t.Name()
+	produceN(t, topic, 10)
+	src := newTestSource(t, topic, group)
+	stop := runSource(t, src)
+	recs := fetchN(t, src, 10)
+	src.tracker.suspendAll() // as if the reader had counted a rebalance
+	for _, r := range recs {
+		src.Done(r)
+	}
+	end, err := EndOffsets(testContext(t), testBrokers, topic)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return maps.Equal(committed(t, group, topic), end) }, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, stop())
+}

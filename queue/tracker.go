@@ -17,17 +17,25 @@ import (
 // the tracker no longer knows (ignored).
 //
 // A partition's state is reset when it is fetched again at or below its
-// highest fetched offset (the consumer re-seeked after a rebalance), or at
-// any offset after suspend (a rebalance happened, so whatever was in flight
-// will be fetched again from the group's committed offset). A suspended
-// partition is not committed until it is fetched again, so a partition
-// revoked by a rebalance is never committed by this member again.
+// highest fetched offset: the consumer re-seeked to the group's committed
+// offset after a rebalance, and everything from there is fetched again.
+// After a rebalance every partition is suspended: not committed until it is
+// fetched again, so a partition revoked by the rebalance is never committed
+// by this member again (late Done calls for it cannot rewind the offsets its
+// new owner commits). A fetch above the highest fetched offset lifts the
+// suspension and keeps the in-flight state, which is always safe: the
+// commit then waits for those records too. So does resume, for partitions
+// the group says are still this member's (a "rebalance" that moved nothing,
+// or a partition with nothing more to fetch).
 //
 // Memory is O(records in flight). Safe for concurrent use.
 type commitTracker struct {
 	mu    sync.Mutex
 	parts map[topicPartition]*partitionState
 	epoch uint64 // bumped on every reset, to match commits with the state they came from
+	// suspensions counts suspendAll calls, so a resume decided on an
+	// assignment read before the latest suspension is not applied.
+	suspensions uint64
 }
 
 type topicPartition struct {
@@ -72,12 +80,13 @@ func (t *commitTracker) fetched(pos ingest.Position) (reset bool) {
 	defer t.mu.Unlock()
 	key := topicPartition{pos.Topic, pos.Partition}
 	p := t.parts[key]
-	if p == nil || p.suspended || pos.Offset <= p.last {
+	if p == nil || pos.Offset <= p.last {
 		reset = p != nil
 		t.epoch++
 		p = &partitionState{done: make(map[int64]struct{}), last: pos.Offset - 1, committed: pos.Offset, epoch: t.epoch}
 		t.parts[key] = p
 	}
+	p.suspended = false
 	p.inFlight = append(p.inFlight, pos.Offset)
 	p.last = pos.Offset
 	return reset
@@ -157,12 +166,44 @@ func (t *commitTracker) committed(c offsetCommit) {
 
 // suspendAll stops committing every partition until it is fetched again:
 // a rebalance happened, so each partition is either revoked (never commit
-// it again) or will be fetched again from the group's committed offset.
+// it again) or fetched again (from the group's committed offset, or on from
+// where it was).
 func (t *commitTracker) suspendAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.suspensions++
 	for _, p := range t.parts {
 		p.suspended = true
+	}
+}
+
+// suspension returns the number of suspensions so far and whether any
+// partition is suspended now.
+func (t *commitTracker) suspension() (seq uint64, any bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.parts {
+		if p.suspended {
+			return t.suspensions, true
+		}
+	}
+	return t.suspensions, false
+}
+
+// resume lifts the suspension of topic's partitions in assigned (the
+// member's current assignment, read after suspension seq), keeping their
+// in-flight state: they are this member's, so their Done records may be
+// committed. Nothing happens if another suspension came since seq.
+func (t *commitTracker) resume(seq uint64, topic string, assigned []int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if seq != t.suspensions {
+		return
+	}
+	for _, partition := range assigned {
+		if p := t.parts[topicPartition{topic, partition}]; p != nil {
+			p.suspended = false
+		}
 	}
 }
 

@@ -74,7 +74,10 @@ func TestCommitTrackerTable(t *testing.T) {
 		{"stale done after re-seek marks the refetched offset (it was delivered)", seq(f(0, 1, 2), f(0, 1), d(0)), 1},
 		{"suspended partitions are not committed", seq(f(0, 1), d(0, 1), suspend), none},
 		{"suspended then fetched again from the committed offset", seq(f(0, 1, 2), d(0), commit, suspend, f(1, 2), d(1, 2)), 3},
-		{"suspended then fetched again above (someone else committed)", seq(f(0, 1, 2), suspend, f(10), d(10)), 11},
+		{"suspended then fetched on: in-flight state kept", seq(f(0, 1, 2), d(1, 2), suspend, f(3), d(0)), 3},
+		{"suspended then fetched above: waits for the records in flight", seq(f(0, 1, 2), suspend, f(10), d(10)), none},
+		{"suspended then fetched above, in flight done", seq(f(0, 1, 2), suspend, f(10), d(10, 2, 1, 0)), 11},
+		{"suspension noticed after the re-seek", seq(f(0, 1, 2, 3), d(0), f(1, 2, 3), d(1, 2, 3), suspend, f(4)), 4},
 		{"already committed is not offered again", seq(f(0, 1), d(0, 1), commit), none},
 		{"committed then more done", seq(f(0, 1, 2), d(0), commit, d(1)), 2},
 	} {
@@ -135,6 +138,35 @@ func TestCommitTrackerPartitionsAreIndependent(t *testing.T) {
 	got := tr.committable()
 	require.Len(t, got, 2)
 	require.Equal(t, []offsetCommit{{"t", 0, 1, got[0].epoch}, {"t", 1, 102, got[1].epoch}}, got)
+}
+
+func TestCommitTrackerResume(t *testing.T) {
+	t.Parallel()
+	tr := newCommitTracker()
+	for o := range int64(3) {
+		tr.fetched(pos(0, o))
+		tr.fetched(pos(1, o))
+		tr.done(pos(0, o))
+		tr.done(pos(1, o))
+	}
+	seq, any := tr.suspension()
+	require.False(t, any)
+	tr.suspendAll()
+	seq, any = tr.suspension()
+	require.True(t, any)
+	require.Empty(t, tr.committable())
+
+	tr.resume(seq-1, "t", []int{0, 1}) // decided before the latest suspension
+	require.Empty(t, tr.committable())
+	tr.resume(seq, "other", []int{0, 1})
+	require.Empty(t, tr.committable())
+	tr.resume(seq, "t", []int{1, 7}) // partition 0 was revoked, 7 never fetched
+	got := tr.committable()
+	require.Len(t, got, 1)
+	require.Equal(t, 1, got[0].partition)
+	require.Equal(t, int64(3), got[0].offset)
+	_, any = tr.suspension()
+	require.True(t, any, "partition 0 stays suspended")
 }
 
 // A commit computed before a reset must not move the new state's marker.

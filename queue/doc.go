@@ -1,0 +1,57 @@
+// Package queue is sluice's Kafka adapter, built on segmentio/kafka-go: the
+// consumer-group Source the worker drains, the Producer that bulk-load and
+// produce write with, the DeadLetterWriter, offset inspection for a bulk
+// load's progress, and an in-process broker for --embedded.
+//
+// # Guarantees
+//
+// Source delivers at least once. It fetches with kafka-go's
+// Reader.FetchMessage (never ReadMessage) and the reader's own
+// CommitInterval is 0, so nothing is committed behind sluice's back. A
+// commit tracker keeps, per partition, the offsets fetched and not yet Done,
+// and Run commits, every CommitInterval (default 200 ms) and once more on
+// stop, only the lowest offset not yet Done — the next offset to read,
+// below which every fetched record was acknowledged by the sink or
+// dead-lettered. Done may come in any order and more than once. Offsets
+// never fetched (compaction gaps, transaction markers) never hold a commit
+// back. A crash or a stop loses nothing: at most the records not yet Done
+// are redelivered to the group.
+//
+// Rebalances: a partition fetched again at or below its highest fetched
+// offset has its state reset (kafka-go re-seeks to the committed offset in
+// each new group generation). When the reader starts a new generation, no
+// partition is committed until it is fetched again or the group
+// (DescribeGroups, matched by the member's unique client ID) lists it as
+// still this member's, so a member does not commit a partition it lost:
+// late Done calls for it cannot rewind the new owner's offsets. (One narrow
+// window remains — a message of the old generation still buffered in
+// kafka-go — which can only cause redelivery, never loss.) A commit that
+// fails (rebalance in progress, broker down) is logged and retried at the
+// next interval; Run keeps going.
+//
+// Shutdown: when Run's ctx is done it commits what was Done (bounded by
+// CloseTimeout, default 5 s) and then closes the reader, leaving the group
+// so peers take its partitions at once, again bounded by CloseTimeout
+// (kafka-go's Reader.Close can hang); a timeout is an error wrapping
+// ErrCloseTimeout.
+//
+// Producer and DeadLetterWriter write synchronously (a call returns once
+// the records are stored) with RequiredAcks RequireAll (every in-sync
+// replica has them), a short BatchTimeout (default 5 ms), and the Java
+// client's murmur2 key hash, so a key always lands on the same partition.
+// The key is the record's Key, else its ID; the ID travels in the header
+// "sluice-id", which Source reads back into Record.ID.
+//
+// Dead letters of topic T go to "T.dlq" with the record's key and value and
+// the headers "sluice-reason" (why it can never be written), "sluice-id"
+// (its idempotency key) and, for records consumed from Kafka,
+// "sluice-source" ("topic/partition@offset").
+//
+// EnsureTopic creates topics (idempotent, broker-default replication);
+// EndOffsets and CommittedOffsets (and Admin, for ingest.Offsets) read high
+// watermarks and a group's committed offsets.
+//
+// StartEmbedded runs franz-go's kfake, a Kafka-protocol broker in memory,
+// on 127.0.0.1, for --embedded and for tests; the tests run against a real
+// broker instead when SLUICE_TEST_BROKERS is set.
+package queue
