@@ -36,7 +36,8 @@ type HTTPConfig struct {
 	// Default 2 s.
 	Timeout time.Duration
 	// Client sends the requests. Default: a client with its own pooled
-	// transport (up to 64 idle connections to the sink).
+	// transport (up to 64 idle connections to the sink) that does not
+	// follow redirects.
 	Client *http.Client
 }
 
@@ -70,7 +71,11 @@ func NewHTTP(cfg HTTPConfig) (*HTTPSink, error) {
 	if cfg.Client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
-		cfg.Client = &http.Client{Transport: t}
+		cfg.Client = &http.Client{
+			Transport: t,
+			// A redirected POST would turn into a GET; report it instead.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
 	}
 	base := strings.TrimRight(u.String(), "/")
 	return &HTTPSink{records: base + PathRecords, stats: base + PathStats, timeout: cfg.Timeout, client: cfg.Client}, nil

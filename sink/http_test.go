@@ -1,0 +1,231 @@
+package sink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// serve starts an httptest server for h and an HTTPSink pointed at it.
+func serve(t *testing.T, h http.Handler, timeout time.Duration) *HTTPSink {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	hs, err := NewHTTP(HTTPConfig{URL: srv.URL + "/", Timeout: timeout})
+	require.NoError(t, err)
+	t.Cleanup(hs.client.CloseIdleConnections)
+	return hs
+}
+
+func record(id, value string, cost int64) ingest.Record {
+	return ingest.Record{ID: id, Value: []byte(value), Cost: cost}
+}
+
+func TestHTTPSinkRoundTrip(t *testing.T) {
+	t.Parallel()
+	sim, _ := newTestSim(t, SimConfig{Capacity: 4, RequiredFields: []string{"mag"}})
+	hs := serve(t, sim.Handler(), 0)
+	ctx := t.Context()
+
+	res, err := hs.Write(ctx, []ingest.Record{record("b", `{"mag":1}`, 1)})
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Result{{Outcome: ingest.Delivered}}, res)
+
+	// 3 units left: a and e are stored, b is a charged duplicate, c and d
+	// are refused for good, f finds no capacity.
+	res, err = hs.Write(ctx, []ingest.Record{
+		record("a", `{"mag":2}`, 1),
+		record("b", `{"mag":1}`, 1),
+		record("c", `{"depth":3}`, 1),
+		record("d", `not json`, 1),
+		record("e", ` {"mag": 3} `, 1),
+		record("f", `{"mag":4}`, 1),
+	})
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Result{
+		{Outcome: ingest.Delivered},
+		{Outcome: ingest.Duplicate},
+		{Outcome: ingest.Permanent, Reason: `HTTP 400: missing required field "mag"`},
+		{Outcome: ingest.Permanent, Reason: "HTTP 400: value is not a JSON object"},
+		{Outcome: ingest.Delivered},
+		{Outcome: ingest.Retryable, Throttled: true, RetryAfter: 250 * time.Millisecond, Reason: "HTTP 429: throttled: capacity exhausted"},
+	}, res)
+
+	// A whole-request 429.
+	res, err = hs.Write(ctx, []ingest.Record{record("g", `{"mag":1}`, 1), record("h", `{"mag":1}`, 1)})
+	require.NoError(t, err)
+	for _, r := range res {
+		require.Equal(t, ingest.Result{Outcome: ingest.Retryable, Throttled: true, RetryAfter: 250 * time.Millisecond,
+			Reason: "HTTP 429: throttled: capacity exhausted"}, r)
+	}
+
+	st, err := hs.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sim.Stats(), st)
+	require.Equal(t, ingest.SinkStats{
+		Requests: 3, Records: 9, Accepted: 3, Duplicates: 1, Throttled: 3, Rejected: 2,
+		UnitsAccepted: 3, MaxUnits1s: 4, MaxUnits200ms: 4, CapacityPerSec: 4,
+	}, st)
+
+	res, err = hs.Write(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, res)
+}
+
+func TestHTTPSinkInjectedFailureIsRetryable(t *testing.T) {
+	t.Parallel()
+	sim, _ := newTestSim(t, SimConfig{Capacity: 10, ErrorRate: 1})
+	hs := serve(t, sim.Handler(), 0)
+	res, err := hs.Write(t.Context(), []ingest.Record{record("a", `{}`, 1)})
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Result{{Outcome: ingest.Retryable, Reason: "HTTP 503: injected failure"}}, res)
+}
+
+func TestHTTPSinkWholeRequestStatuses(t *testing.T) {
+	t.Parallel()
+	batch := []ingest.Record{record("a", `{}`, 1), record("b", `{}`, 2)}
+	tests := []struct {
+		name    string
+		status  int
+		header  map[string]string
+		body    string
+		want    ingest.Result
+		wantErr string
+	}{
+		{name: "429 without results", status: 429, header: map[string]string{"Retry-After": "2"},
+			want: ingest.Result{Outcome: ingest.Retryable, Throttled: true, RetryAfter: 2 * time.Second, Reason: "HTTP 429"}},
+		{name: "429 prefers ms header", status: 429, header: map[string]string{"Retry-After": "2", HeaderRetryAfterMs: "120"},
+			want: ingest.Result{Outcome: ingest.Retryable, Throttled: true, RetryAfter: 120 * time.Millisecond, Reason: "HTTP 429"}},
+		{name: "503 text body", status: 503, body: "overloaded",
+			want: ingest.Result{Outcome: ingest.Retryable, Reason: "HTTP 503: overloaded"}},
+		{name: "408", status: 408,
+			want: ingest.Result{Outcome: ingest.Retryable, Reason: "HTTP 408"}},
+		{name: "400 wire error", status: 400, body: `{"results":[],"error":"request body must be a JSON array"}`,
+			want: ingest.Result{Outcome: ingest.Permanent, Reason: "HTTP 400: request body must be a JSON array"}},
+		{name: "413", status: 413, body: `{"results":[],"error":"request body exceeds 10 bytes"}`,
+			want: ingest.Result{Outcome: ingest.Permanent, Reason: "HTTP 413: request body exceeds 10 bytes"}},
+		{name: "501 is permanent", status: 501,
+			want: ingest.Result{Outcome: ingest.Permanent, Reason: "HTTP 501"}},
+		{name: "404 is permanent", status: 404, body: "no such path",
+			want: ingest.Result{Outcome: ingest.Permanent, Reason: "HTTP 404: no such path"}},
+		{name: "200 with too few results", status: 200, body: `{"results":[{"id":"a","status":201}]}`,
+			wantErr: "1 results for 2 records"},
+		{name: "207 with a wrong id", status: 207, body: `{"results":[{"id":"a","status":201},{"id":"z","status":201}]}`,
+			wantErr: `result 1 is for id "z", want "b"`},
+		{name: "200 with garbage", status: 200, body: `<html>`,
+			wantErr: "undecodable body"},
+		{name: "302", status: 302, header: map[string]string{"Location": "/elsewhere"},
+			wantErr: "unexpected HTTP 302"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			hs := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tt.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tt.status)
+				_, _ = io.WriteString(w, tt.body)
+			}), 0)
+			res, err := hs.Write(t.Context(), batch)
+			if tt.wantErr != "" {
+				require.ErrorIs(t, err, ErrProtocol)
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, []ingest.Result{tt.want, tt.want}, res)
+		})
+	}
+}
+
+func TestHTTPSinkTimeout(t *testing.T) {
+	t.Parallel()
+	sim, _ := newTestSim(t, SimConfig{Capacity: 10, Latency: time.Minute})
+	hs := serve(t, sim.Handler(), 50*time.Millisecond)
+	_, err := hs.Write(t.Context(), []ingest.Record{record("a", `{}`, 1)})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "sink: write 1 records")
+	require.Equal(t, int64(1), sim.Stats().Accepted, "admitted before the latency: a retry finds a duplicate")
+}
+
+func TestHTTPSinkHonoursCancellation(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{})
+	hs := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // the server notices a gone client only after the body
+		close(arrived)
+		<-r.Context().Done()
+	}), time.Minute)
+	cause := errors.New("shutting down")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := hs.Write(ctx, []ingest.Record{record("a", `{}`, 1)})
+		done <- err
+	}()
+	<-arrived
+	cancel(cause)
+	require.ErrorIs(t, <-done, cause)
+
+	_, err := hs.Stats(ctx)
+	require.ErrorIs(t, err, cause)
+}
+
+func TestHTTPSinkStatsErrors(t *testing.T) {
+	t.Parallel()
+	hs := serve(t, http.NotFoundHandler(), 0)
+	_, err := hs.Stats(t.Context())
+	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorContains(t, err, "HTTP 404")
+}
+
+func TestNewHTTPValidates(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cfg  HTTPConfig
+		want string
+	}{
+		{HTTPConfig{}, "want an absolute http:// or https:// URL"},
+		{HTTPConfig{URL: "ftp://host"}, "want an absolute"},
+		{HTTPConfig{URL: "/v1"}, "want an absolute"},
+		{HTTPConfig{URL: "127.0.0.1:8088"}, `url "127.0.0.1:8088"`},
+		{HTTPConfig{URL: "http://h", Timeout: -time.Second}, "timeout -1s is negative"},
+	} {
+		_, err := NewHTTP(tt.cfg)
+		require.ErrorContains(t, err, tt.want)
+	}
+	hs, err := NewHTTP(HTTPConfig{URL: "https://sink.example:8443/base/"})
+	require.NoError(t, err)
+	require.Equal(t, "https://sink.example:8443/base/v1/records", hs.records)
+	require.Equal(t, DefaultTimeout, hs.timeout)
+}
+
+func TestEncodeBatch(t *testing.T) {
+	t.Parallel()
+	value := "{ \"html\": \"<b>&</b>\",\n \"n\": 1 }"
+	data := encodeBatch([]ingest.Record{
+		record(`q"uote`, value, 7),
+		record("bad", "{not json", 1),
+		record("nocost", `{}`, 0),
+		record("empty", ``, 1),
+	})
+	var got []WireRecord
+	require.NoError(t, json.Unmarshal(data, &got), string(data))
+	require.Len(t, got, 4)
+	require.Equal(t, `q"uote`, got[0].ID)
+	require.Equal(t, int64(7), *got[0].Cost)
+	require.Equal(t, value, string(got[0].Value), "valid JSON is sent byte for byte")
+	require.Equal(t, `"{not json"`, string(got[1].Value), "invalid JSON becomes a string")
+	require.Nil(t, got[2].Cost)
+	require.Equal(t, `""`, string(got[3].Value))
+}
