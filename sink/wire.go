@@ -16,11 +16,16 @@ const (
 
 // Per-record statuses of the wire protocol (WireResult.Status).
 const (
-	StatusStored     = 201 // stored for the first time
-	StatusDuplicate  = 200 // ID already stored; charged, not stored again
-	StatusThrottled  = 429 // no capacity left; retry after Retry-After
-	StatusRejected   = 400 // invalid record; permanent
-	StatusFailed     = 503 // injected transient failure; retryable
+	StatusStored    = 201 // stored for the first time
+	StatusDuplicate = 200 // ID already stored; charged, not stored again
+	StatusThrottled = 429 // no capacity left; retry after Retry-After
+	StatusRejected  = 400 // invalid record; permanent
+	StatusFailed    = 503 // injected transient failure; retryable
+)
+
+// Headers of a throttled answer.
+const (
+	// HeaderRetryAfter is the RFC 9110 Retry-After, in whole seconds (≥ 1).
 	HeaderRetryAfter = "Retry-After"
 	// HeaderRetryAfterMs is Cosmos DB's millisecond-precision companion of
 	// Retry-After (x-ms-retry-after-ms); the client prefers it, because a
