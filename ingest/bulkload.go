@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -19,10 +20,14 @@ type Producer interface {
 }
 
 // Offsets reads a topic's end offsets and a consumer group's committed
-// offsets, per partition ("next offset to read" semantics).
+// offsets, per partition ("next offset to read" semantics), and the group's
+// membership.
 type Offsets interface {
 	EndOffsets(ctx context.Context, topic string) (map[int]int64, error)
 	CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error)
+	// GroupMembers returns the group's member count and whether it is
+	// stable (not rebalancing).
+	GroupMembers(ctx context.Context, group string) (members int, stable bool, err error)
 }
 
 // BulkLoadConfig configures a BulkLoad.
@@ -39,6 +44,11 @@ type BulkLoadConfig struct {
 	// Poll is how often progress and the group's offsets are checked.
 	// Default 200 ms.
 	Poll time.Duration
+	// JoinTimeout bounds the wait, before producing, for the workers to
+	// join the consumer group: records fetched before a member joins are
+	// redelivered to it by the rebalance. Default 30 s; past it the load
+	// goes on (the sink dedupes the redelivered records).
+	JoinTimeout time.Duration
 	// Logger receives progress lines. Default: slog.Default().
 	Logger *slog.Logger
 	// Bar, when set, shows a progress bar there (a terminal) instead of
@@ -60,6 +70,11 @@ type BulkLoadPorts struct {
 	Rate func(now time.Time) float64
 	// Sink, when it keeps statistics, completes the summary.
 	Sink StatsSink
+	// Start, when not nil, is closed once one second of the pool's
+	// capacity (counting a record as one unit) or the whole file has been
+	// produced; the in-process workers wait for it (WorkerConfig.Start), so
+	// their first slices are full.
+	Start chan struct{}
 }
 
 // BulkLoad loads a file through the queue into the sink: it starts the
@@ -83,6 +98,7 @@ func NewBulkLoad(cfg BulkLoadConfig, p BulkLoadPorts) (*BulkLoad, error) {
 	}
 	cfg.Chunk = cmp.Or(cfg.Chunk, 500)
 	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
+	cfg.JoinTimeout = cmp.Or(cfg.JoinTimeout, 30*time.Second)
 	cfg.Unit = cmp.Or(cfg.Unit, UnitRecords)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -103,7 +119,11 @@ func (b *BulkLoad) Run(ctx context.Context) (Summary, error) {
 		g.Go(func() error { return w.Run(gctx) })
 	}
 
+	b.awaitGroup(ctx)
+	start := time.Now()
 	total, badRows, err := b.produce(ctx)
+	b.cfg.Logger.Info("file produced", "topic", b.cfg.Topic, "records", total-badRows, "malformed", badRows,
+		"seconds", time.Since(start).Seconds())
 	if err == nil {
 		err = b.await(ctx, total-badRows, badRows)
 	}
@@ -114,9 +134,53 @@ func (b *BulkLoad) Run(ctx context.Context) (Summary, error) {
 	return b.summary(ctx, total, badRows), err
 }
 
+// awaitGroup waits until the in-process workers (and any others) have
+// joined the group and it is stable, so that no rebalance hands records a
+// worker already fetched to another.
+func (b *BulkLoad) awaitGroup(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.JoinTimeout)
+	defer cancel()
+	tick := time.NewTicker(b.cfg.Poll / 4)
+	defer tick.Stop()
+	for {
+		members, stable, err := b.p.Offsets.GroupMembers(ctx, b.cfg.Group)
+		if err == nil && stable && members >= len(b.p.Workers) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			b.cfg.Logger.Warn("workers did not all join the consumer group in time, loading anyway",
+				"group", b.cfg.Group, "members", members, "workers", len(b.p.Workers), "err", err)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // produce sends every record of the file to the topic.
 func (b *BulkLoad) produce(ctx context.Context) (total, bad int64, err error) {
-	return Produce(ctx, b.p.File, b.cfg.Topic, b.cfg.Chunk, b.p.Producer, b.p.DeadLetters, b.cfg.Logger)
+	start := sync.OnceFunc(func() {
+		if b.p.Start != nil {
+			close(b.p.Start)
+		}
+	})
+	defer start()
+	threshold := int64(b.cfg.Capacity)
+	producer := producerFunc(func(ctx context.Context, topic string, recs []Record) error {
+		err := b.p.Producer.Produce(ctx, topic, recs)
+		if threshold -= int64(len(recs)); threshold <= 0 {
+			start()
+		}
+		return err
+	})
+	return Produce(ctx, b.p.File, b.cfg.Topic, b.cfg.Chunk, producer, b.p.DeadLetters, b.cfg.Logger)
+}
+
+// producerFunc adapts a function to Producer.
+type producerFunc func(ctx context.Context, topic string, recs []Record) error
+
+func (f producerFunc) Produce(ctx context.Context, topic string, recs []Record) error {
+	return f(ctx, topic, recs)
 }
 
 // Produce sends every record of f to topic in chunks of chunk records
@@ -143,7 +207,7 @@ func Produce(ctx context.Context, f *FileReader, topic string, chunk int, p Prod
 		var rowErr *RowError
 		if errors.As(err, &rowErr) {
 			bad++
-			log.Warn("malformed row dead-lettered", "file", rowErr.Path, "line", rowErr.Line, "err", rowErr.Err)
+			log.Warn("malformed row dead-lettered", "err", rowErr.Error())
 			dead := Record{ID: ContentID(rowErr.Raw), Value: rowErr.Raw, Pos: Position{Topic: topic, Offset: -1}}
 			if err := dlq.DeadLetter(ctx, dead, rowErr.Error()); err != nil {
 				return total, bad, fmt.Errorf("dead-letter %s: %w", rowErr.Error(), err)

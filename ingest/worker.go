@@ -38,6 +38,15 @@ type WorkerConfig struct {
 	// Grace is how long in-flight writes may go on after ctx is done before
 	// they are cancelled (their records are then redelivered). Default 10 s.
 	Grace time.Duration
+	// LeaseAhead makes the worker announce a backlog from the start, before
+	// it has fetched anything, so its leases are taken and its first slice
+	// is full when the first record arrives. For bulk loads, whose backlog
+	// is known before it is produced; from the first fetch on, demand
+	// follows the records as usual. Default false.
+	LeaseAhead bool
+	// Start, when not nil, holds the worker's first fetch until it is
+	// closed (bulk-load opens it once the first records are produced).
+	Start <-chan struct{}
 	// Logger receives the worker's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Counters receives the running totals; several workers may share one.
@@ -66,7 +75,9 @@ type Worker struct {
 	slots    chan struct{} // one per record in flight
 	fetched  chan *item    // fetched records waiting for budget
 	prefetch atomic.Int64  // records to keep in fetched
+	demand   demand
 	wake     chan struct{} // pokes the fetcher every slice
+	filled   chan struct{} // the fetcher reached the prefetch target
 
 	mu      sync.Mutex
 	retries retryHeap // records waiting out a backoff
@@ -107,6 +118,7 @@ func NewWorker(cfg WorkerConfig, p Ports) (*Worker, error) {
 		slots:   make(chan struct{}, cfg.MaxInFlight),
 		fetched: make(chan *item, cfg.MaxInFlight),
 		wake:    make(chan struct{}, 1),
+		filled:  make(chan struct{}, 1),
 	}, nil
 }
 
@@ -121,6 +133,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	writeCtx, cancelWrites := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWrites()
 
+	w.demand.leaseAhead = w.cfg.LeaseAhead
+	w.p.Capacity.SetDemand(w.demand.estimate(time.Now(), false, true))
 	var fetching, writing sync.WaitGroup
 	fetching.Go(func() { w.fetch(ctx) })
 	w.slices(ctx, writeCtx, &writing)
@@ -144,6 +158,13 @@ func (w *Worker) Run(ctx context.Context) error {
 // fetch reads the source into w.fetched while there are free slots and
 // fewer than the prefetch target are waiting.
 func (w *Worker) fetch(ctx context.Context) {
+	if w.cfg.Start != nil {
+		select {
+		case <-w.cfg.Start:
+		case <-ctx.Done():
+			return
+		}
+	}
 	var lastLog time.Time
 	for {
 		for int64(len(w.fetched)) >= max(w.prefetch.Load(), 1) {
@@ -158,7 +179,9 @@ func (w *Worker) fetch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+		w.demand.fetchingSince.Store(time.Now().UnixNano())
 		rec, err := w.p.Source.Fetch(ctx)
+		w.demand.fetchingSince.Store(0)
 		if err != nil {
 			<-w.slots
 			if ctx.Err() != nil {
@@ -176,7 +199,14 @@ func (w *Worker) fetch(ctx context.Context) {
 			continue
 		}
 		w.c.noteFetch(time.Now())
+		w.demand.started.Store(true)
 		w.fetched <- w.prepare(rec)
+		if int64(len(w.fetched)) >= w.prefetch.Load() {
+			select {
+			case w.filled <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
@@ -211,19 +241,27 @@ func isJSONObject(b []byte) bool {
 // slices is the slice loop: every slice, take at most the budget's worth of
 // records and send them.
 func (w *Worker) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup) {
-	var (
-		head   *item
-		recent spendWindow // units sent in the last second, for demand
-	)
+	var head *item
 	requests := make(chan struct{}, w.cfg.Concurrency)
 	for {
 		if head == nil {
 			head = w.next(time.Now())
 		}
-		var want int64
-		if head != nil {
-			want = head.rec.Cost
+		if head == nil {
+			// Idle: wait for a record rather than a slice, so the first
+			// one is sent at once (the pacer opens a slice immediately
+			// when the last one is over).
+			w.setDemand(false)
+			w.setPrefetch(0, 1)
+			var ok bool
+			if head, ok = w.await(ctx); !ok {
+				return
+			}
+			if head == nil {
+				continue
+			}
 		}
+		want := head.rec.Cost
 		budget, err := w.p.Pacer.Next(ctx, want)
 		if err != nil {
 			return
@@ -251,15 +289,9 @@ func (w *Worker) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup) 
 			spent += head.rec.Cost
 			head = nil
 		}
-		now := time.Now()
-		recent.add(now, spent)
-		if head != nil {
-			w.p.Capacity.SetDemand(Inf)
-		} else {
-			// No backlog: ask for what was used, with headroom for a
-			// rising arrival rate.
-			w.p.Capacity.SetDemand(float64(recent.sum(now)) * 1.25)
-		}
+		w.demand.recent.add(time.Now(), spent)
+		w.setDemand(head != nil)
+		w.log.Debug("slice", "budget", budget, "spent", spent, "records", len(take), "queued", len(w.fetched))
 		if spent == 0 {
 			continue
 		}
@@ -278,6 +310,62 @@ func (w *Worker) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup) 
 			})
 		}
 	}
+}
+
+// idleWait bounds how long an idle worker waits for a record before it
+// looks at its retries and demand again.
+const idleWait = 100 * time.Millisecond
+
+// settleWait bounds the wait for a queue to fill after an idle spell.
+const settleWait = 20 * time.Millisecond
+
+// await waits for a fetched record, a retry coming due, or idleWait,
+// whichever comes first. ok is false once ctx is done.
+func (w *Worker) await(ctx context.Context) (it *item, ok bool) {
+	wait := idleWait
+	w.mu.Lock()
+	if len(w.retries) > 0 {
+		wait = min(wait, time.Until(w.retries[0].due))
+	}
+	w.mu.Unlock()
+	timer := time.NewTimer(max(wait, 0))
+	defer timer.Stop()
+	select {
+	case it = <-w.fetched:
+		w.settle(ctx)
+		return it, true
+	case <-timer.C:
+		return w.next(time.Now()), true
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+// settle gives the fetcher up to settleWait to queue the records that came
+// with the first one after an idle spell, so the slice about to open is not
+// spent on a handful of them.
+func (w *Worker) settle(ctx context.Context) {
+	timer := time.NewTimer(settleWait)
+	defer timer.Stop()
+	for int64(len(w.fetched))+1 < w.prefetch.Load() {
+		select {
+		case <-w.filled:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// setDemand announces the worker's demand; backlog: records are waiting
+// beyond this slice's budget.
+func (w *Worker) setDemand(backlog bool) {
+	w.mu.Lock()
+	retrying := len(w.retries) > 0
+	w.mu.Unlock()
+	idle := !retrying && len(w.fetched) == 0
+	w.p.Capacity.SetDemand(w.demand.estimate(time.Now(), backlog, idle))
 }
 
 // setPrefetch keeps fetched ahead the larger of two slices' budget and half
@@ -415,28 +503,4 @@ func (h *retryHeap) Pop() any {
 	it := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return it
-}
-
-// spendWindow sums the units sent in the last second.
-type spendWindow struct {
-	at    []time.Time
-	units []int64
-}
-
-func (s *spendWindow) add(now time.Time, units int64) {
-	s.at = append(s.at, now)
-	s.units = append(s.units, units)
-}
-
-func (s *spendWindow) sum(now time.Time) int64 {
-	cut := 0
-	for cut < len(s.at) && now.Sub(s.at[cut]) >= time.Second {
-		cut++
-	}
-	s.at, s.units = s.at[cut:], s.units[cut:]
-	var total int64
-	for _, u := range s.units {
-		total += u
-	}
-	return total
 }

@@ -195,3 +195,31 @@ func CommittedOffsets(ctx context.Context, brokers []string, group, topic string
 	})
 	return out, err
 }
+
+// GroupMembers returns GroupMembers(ctx, a.Brokers, group).
+func (a Admin) GroupMembers(ctx context.Context, group string) (members int, stable bool, err error) {
+	return GroupMembers(ctx, a.Brokers, group)
+}
+
+// GroupMembers returns how many members a consumer group has and whether it
+// is stable (every member has its assignment; not rebalancing). A group
+// that does not exist yet has 0 members.
+func GroupMembers(ctx context.Context, brokers []string, group string) (members int, stable bool, err error) {
+	err = withClient(ctx, brokers, func(ctx context.Context, c *kafka.Client) error {
+		res, err := c.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+		if err != nil {
+			return fmt.Errorf("describe group %q: %w", group, err)
+		}
+		for _, g := range res.Groups {
+			if g.GroupID != group {
+				continue
+			}
+			if g.Error != nil {
+				return fmt.Errorf("describe group %q: %w", group, g.Error)
+			}
+			members, stable = len(g.Members), g.GroupState == "Stable"
+		}
+		return nil
+	})
+	return members, stable, err
+}

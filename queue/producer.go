@@ -36,6 +36,11 @@ type ProducerConfig struct {
 	// MaxAttempts is how many times a batch is tried before Produce fails.
 	// Default 10.
 	MaxAttempts int
+	// RoundRobin spreads messages evenly over the partitions instead of
+	// hashing their keys: for bulk loads, whose records have no order to
+	// keep, so that every consumer of the group gets the same share and
+	// they finish together. Default false (by key).
+	RoundRobin bool
 	// Logger receives the writer's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -62,7 +67,8 @@ func (cfg *ProducerConfig) fill() error {
 // (Produce returns once every record is acknowledged), RequiredAcks
 // RequireAll (acknowledged by all in-sync replicas), and partitioned by key
 // with the murmur2 hash of the Java client, so a key lands on the same
-// partition whichever client produced it. It implements ingest.Producer.
+// partition whichever client produced it (or round-robin, see
+// ProducerConfig.RoundRobin). It implements ingest.Producer.
 type Producer struct {
 	w         *kafka.Writer
 	transport *kafka.Transport
@@ -76,11 +82,15 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 		return nil, err
 	}
 	transport := &kafka.Transport{}
+	var balancer kafka.Balancer = kafka.Murmur2Balancer{}
+	if cfg.RoundRobin {
+		balancer = &kafka.RoundRobin{}
+	}
 	return &Producer{
 		transport: transport,
 		w: &kafka.Writer{
 			Addr:         kafka.TCP(cfg.Brokers...),
-			Balancer:     kafka.Murmur2Balancer{},
+			Balancer:     balancer,
 			RequiredAcks: kafka.RequireAll,
 			Async:        false,
 			BatchTimeout: cfg.BatchTimeout,

@@ -55,7 +55,7 @@ func workerCommand() *cli.Command {
 			if err := queue.EnsureTopic(c.Context, s.brokers, s.topic+".dlq", 1); err != nil {
 				return err
 			}
-			stack, _, err := workerStack(s, clients, shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters)}, c.String("worker-id"))
+			stack, _, err := workerStack(s, clients, shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters)}, c.String("worker-id"), nil)
 			if err != nil {
 				return err
 			}
@@ -116,7 +116,9 @@ func bulkLoad(c *cli.Context) error {
 	if err := ensurePool(ctx, s, clients); err != nil {
 		return err
 	}
-	for topic, parts := range map[string]int{s.topic: c.Int("topic-partitions"), s.topic + ".dlq": 1} {
+	// At least one partition per worker, or a worker would hold leases
+	// with nothing to consume.
+	for topic, parts := range map[string]int{s.topic: max(c.Int("topic-partitions"), workers), s.topic + ".dlq": 1} {
 		if err := queue.EnsureTopic(ctx, s.brokers, topic, parts); err != nil {
 			return err
 		}
@@ -125,7 +127,7 @@ func bulkLoad(c *cli.Context) error {
 	if err != nil {
 		return usageError(err)
 	}
-	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: s.brokers})
+	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: s.brokers, RoundRobin: true})
 	if err != nil {
 		return err
 	}
@@ -137,10 +139,11 @@ func bulkLoad(c *cli.Context) error {
 	defer dlq.Close()
 
 	sh := shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters)}
+	start := make(chan struct{})
 	var stacks []ingest.Runner
 	var managers []*lease.Manager
 	for i := range workers {
-		stack, mgr, err := workerStack(s, clients, sh, fmt.Sprintf("bulk-%d-%d", os.Getpid(), i))
+		stack, mgr, err := workerStack(s, clients, sh, fmt.Sprintf("bulk-%d-%d", os.Getpid(), i), start)
 		if err != nil {
 			return err
 		}
@@ -164,7 +167,8 @@ func bulkLoad(c *cli.Context) error {
 			}
 			return sum
 		},
-		Sink: httpSink,
+		Sink:  httpSink,
+		Start: start,
 	})
 	if err != nil {
 		return err

@@ -93,6 +93,7 @@ func pipelineFlags() []cli.Flag {
 		stringFlag("group", "", "Kafka consumer group (default sluice-<topic>)"),
 		stringFlag("id-field", "", "JSON field or CSV column holding the record ID (idempotency key); default: a content hash"),
 		durationFlag("slice", 200*time.Millisecond, "pacing slice: work is released every slice"),
+		durationFlag("send-guard", 20*time.Millisecond, "jitter allowed between send and accept: the pacer's one-second account covers this much more (costs guard/1s of utilization)"),
 		intFlag("batch-size", 100, "most records per sink request"),
 		intFlag("concurrency", 16, "most sink requests in flight at once"),
 		intFlag("max-in-flight", 10000, "most records fetched but not finished; fetching pauses at this many"),

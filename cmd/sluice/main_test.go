@@ -49,7 +49,7 @@ func readSummary(t *testing.T, path string) ingest.Summary {
 func TestBulkLoadEmbeddedTwoWorkers(t *testing.T) {
 	summary := filepath.Join(t.TempDir(), "summary.json")
 	code, stdout, stderr := runCLI(t, "bulk-load", "--embedded", "--capacity", "1000", "--partitions", "10",
-		"--workers", "2", "--id-field", "id", "--topic", "quakes", "--summary-json", summary, sample(t, 2500))
+		"--workers", "2", "--id-field", "id", "--topic", "quakes", "--send-guard", "100ms", "--summary-json", summary, sample(t, 2500))
 	require.Equal(t, exitOK, code, "stderr:\n%s", stderr)
 	require.Contains(t, stdout, "2500 delivered")
 	s := readSummary(t, summary)

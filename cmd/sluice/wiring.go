@@ -30,7 +30,8 @@ type settings struct {
 	pricing ingest.Pricing
 
 	topic, group, idField        string
-	slice, requestTimeout, grace time.Duration
+	slice, guard, requestTimeout time.Duration
+	grace                        time.Duration
 	batch, concurrency           int
 	maxInFlight, maxAttempts     int
 }
@@ -56,6 +57,7 @@ func readSettings(c *cli.Context) (settings, error) {
 		group:          c.String("group"),
 		idField:        c.String("id-field"),
 		slice:          c.Duration("slice"),
+		guard:          c.Duration("send-guard"),
 		requestTimeout: c.Duration("request-timeout"),
 		grace:          c.Duration("grace"),
 		batch:          c.Int("batch-size"),
@@ -135,11 +137,13 @@ type shared struct {
 }
 
 // workerStack builds one worker as a separate pod would run it: its own
-// consumer, lease manager and pacer. Stopping it stops fetching, drains,
+// consumer, lease manager and pacer. A bulk load's workers take their
+// leases at once and fetch once start is closed; a pod's (start nil) lease
+// on demand. Stopping it stops fetching, drains,
 // commits, then releases the leases.
-func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerID string) (ingest.Runner, *lease.Manager, error) {
+func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerID string, start <-chan struct{}) (ingest.Runner, *lease.Manager, error) {
 	log := s.log.With("worker", workerID)
-	src, err := queue.NewSource(queue.SourceConfig{Brokers: s.brokers, Topic: s.topic, Group: s.group, Logger: log})
+	src, err := queue.NewSource(queue.SourceConfig{Brokers: s.brokers, Topic: s.topic, Group: s.group, MaxWait: 50 * time.Millisecond, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -149,7 +153,7 @@ func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerI
 	if err != nil {
 		return nil, nil, usageError(err)
 	}
-	pacer, err := pacing.New(pacing.Config{Slice: s.slice}, mgr)
+	pacer, err := pacing.New(pacing.Config{Slice: s.slice, Guard: s.guard}, mgr)
 	if err != nil {
 		return nil, nil, usageError(err)
 	}
@@ -161,6 +165,8 @@ func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerI
 		MaxInFlight:   s.maxInFlight,
 		MaxRecordCost: int64(s.pool.Capacity),
 		Grace:         s.grace,
+		LeaseAhead:    start != nil,
+		Start:         start,
 		Logger:        log,
 		Counters:      sh.counters,
 	}, ingest.Ports{

@@ -1,0 +1,68 @@
+package ingest
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Demand timing. A worker that stops having a backlog keeps asking for its
+// share for backlogHold, so a queue that runs dry between two fetches does
+// not hand partitions back and forth; one whose source has had nothing for
+// dryAfter asks for nothing, so peers with a backlog get its share at once.
+const (
+	backlogHold = time.Second
+	dryAfter    = 200 * time.Millisecond
+	headroom    = 1.25 // demand over the rate sent, for a rising arrival rate
+)
+
+// demand estimates what a worker asks of its pool (Capacity.SetDemand).
+// The fetcher updates started and fetchingSince; the slice loop calls
+// estimate.
+type demand struct {
+	leaseAhead    bool
+	started       atomic.Bool  // a record was fetched
+	fetchingSince atomic.Int64 // unix ns since the fetcher waits in Source.Fetch; 0 when it does not
+
+	lastBacklog time.Time   // slice loop only
+	recent      spendWindow // units sent in the last second
+}
+
+// estimate returns the demand in units/s. backlog: records are waiting
+// beyond this slice's budget; idle: nothing is queued or waiting for a retry.
+func (d *demand) estimate(now time.Time, backlog, idle bool) float64 {
+	if backlog || (d.leaseAhead && !d.started.Load()) {
+		d.lastBacklog = now
+		return Inf
+	}
+	if since := d.fetchingSince.Load(); idle && since != 0 && now.Sub(time.Unix(0, since)) >= dryAfter {
+		return 0
+	}
+	if now.Sub(d.lastBacklog) < backlogHold {
+		return Inf
+	}
+	return float64(d.recent.sum(now)) * headroom
+}
+
+// spendWindow sums the units sent in the last second.
+type spendWindow struct {
+	at    []time.Time
+	units []int64
+}
+
+func (s *spendWindow) add(now time.Time, units int64) {
+	s.at = append(s.at, now)
+	s.units = append(s.units, units)
+}
+
+func (s *spendWindow) sum(now time.Time) int64 {
+	cut := 0
+	for cut < len(s.at) && now.Sub(s.at[cut]) >= time.Second {
+		cut++
+	}
+	s.at, s.units = s.at[cut:], s.units[cut:]
+	var total int64
+	for _, u := range s.units {
+		total += u
+	}
+	return total
+}
