@@ -1,0 +1,467 @@
+#!/usr/bin/env bash
+# scripts/kafka.sh — a real, single-node Apache Kafka broker for tests and CI.
+#
+#   scripts/kafka.sh start    fetch the jars if needed, start the broker, wait
+#                             (and, on fresh storage, create the consumer-
+#                             offsets topic so the first group joins at once)
+#   scripts/kafka.sh wait     block until the broker answers a metadata request
+#   scripts/kafka.sh stop     SIGTERM, then SIGKILL after 20 s
+#   scripts/kafka.sh status   print "running ..." (exit 0) or "stopped" (exit 3)
+#
+# The broker runs in KRaft mode (combined broker + controller, node.id 1) and
+# listens on 127.0.0.1 only. The jars come from Maven Central through mvn
+# (see scripts/kafka/pom.xml, which pins the Kafka version); there is no
+# tarball download and no Docker.
+#
+# Environment:
+#   SLUICE_KAFKA_PORT             client port                 (19092)
+#   SLUICE_KAFKA_CONTROLLER_PORT  KRaft controller port       (19093)
+#   SLUICE_KAFKA_WAIT             readiness timeout, seconds  (90)
+#   SLUICE_KAFKA_FRESH=1          start: wipe the broker's data first
+#   SLUICE_KAFKA_HEAP_OPTS        broker heap                 (-Xms128m -Xmx512m)
+#   SLUICE_CACHE                  cache root                  (<repo>/.cache)
+#   SLUICE_MVN_ARGS               extra mvn arguments, e.g. -o or
+#                                 -Dmaven.repo.local=... for a CI cache
+#   JAVA_HOME                     the Java to use (otherwise java on PATH)
+#
+# Layout under $SLUICE_CACHE/kafka:
+#   libs/                  broker + tools jars, shared, reused between runs
+#   broker-<port>/         one broker: server.properties, kafka.pid,
+#     data/                log.dirs (KRaft metadata log + topic data)
+#     logs/server.log      the broker's log; logs/kafka.out is the JVM's stdout/stderr
+
+set -euo pipefail
+
+# ---------------------------------------------------------------- settings --
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+POM="$ROOT/scripts/kafka/pom.xml"
+LOG4J_SERVER="$ROOT/scripts/kafka/log4j.properties"
+LOG4J_TOOLS="$ROOT/scripts/kafka/tools-log4j.properties"
+
+PORT="${SLUICE_KAFKA_PORT:-19092}"
+CONTROLLER_PORT="${SLUICE_KAFKA_CONTROLLER_PORT:-19093}"
+WAIT_SECONDS="${SLUICE_KAFKA_WAIT:-90}"
+STOP_SECONDS=20
+HEAP_OPTS="${SLUICE_KAFKA_HEAP_OPTS:--Xms128m -Xmx512m}"
+NODE_ID=1
+HOST=127.0.0.1
+
+CACHE="${SLUICE_CACHE:-$ROOT/.cache}"
+mkdir -p "$CACHE" && CACHE="$(cd "$CACHE" && pwd)" # absolute: it ends up in the broker's command line
+KAFKA_CACHE="$CACHE/kafka"
+LIBS="$KAFKA_CACHE/libs"
+BROKER_DIR="$KAFKA_CACHE/broker-$PORT"
+DATA_DIR="$BROKER_DIR/data"
+LOG_DIR="$BROKER_DIR/logs"
+PROPS="$BROKER_DIR/server.properties"
+PIDFILE="$BROKER_DIR/kafka.pid"
+
+if [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then
+  JAVA="$JAVA_HOME/bin/java"
+else
+  JAVA=java
+fi
+
+# Short-lived tool JVMs (storage format, readiness probe): small heap, serial
+# GC and no optimising JIT, which make them start noticeably faster.
+TOOL_JVM_OPTS=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
+  "-Dlog4j.configuration=file:$LOG4J_TOOLS")
+
+# ----------------------------------------------------------------- helpers --
+
+log() { echo "kafka: $*" >&2; }
+die() { echo "kafka: error: $*" >&2; exit 1; }
+
+# kafka_version prints the Kafka version pinned in the pom.
+kafka_version() {
+  sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$POM" | head -n 1
+}
+
+# with_lock NAME CMD... runs CMD holding an exclusive lock on $KAFKA_CACHE/NAME,
+# so that concurrent callers (parallel CI steps, test packages) do not run mvn
+# or start the broker twice. Without flock(1) (macOS) it runs unlocked.
+with_lock() {
+  local name="$1"; shift
+  mkdir -p "$KAFKA_CACHE"
+  if command -v flock >/dev/null 2>&1; then
+    (
+      flock 9
+      "$@"
+    ) 9>"$KAFKA_CACHE/$name"
+  else
+    "$@"
+  fi
+}
+
+# run_with_timeout SECONDS CMD... uses timeout(1) when there is one.
+run_with_timeout() {
+  local secs="$1"; shift
+  if command -v timeout >/dev/null 2>&1; then
+    timeout "$secs" "$@"
+  else
+    "$@"
+  fi
+}
+
+# port_open PORT succeeds when something accepts TCP connections on it.
+port_open() {
+  (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null
+}
+
+# pid_cmdline PID prints the command line of a live process.
+pid_cmdline() {
+  if [[ -r "/proc/$1/cmdline" ]]; then
+    tr '\0' ' ' <"/proc/$1/cmdline"
+  else
+    ps -p "$1" -o args= 2>/dev/null
+  fi
+}
+
+# alive PID succeeds while the process exists and is not a zombie (in a
+# container whose init does not reap orphans, a dead broker can linger as one).
+alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  if [[ -r "/proc/$1/stat" ]]; then
+    local stat
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+    stat="${stat##*) }" # the state letter follows the parenthesised name
+    [[ "${stat:0:1}" != Z ]]
+  fi
+}
+
+# broker_pid prints the pid of our running broker and succeeds, or fails (and
+# removes a stale pidfile). "Ours" means a kafka.Kafka JVM started with this
+# broker's server.properties, so a recycled pid is not mistaken for it.
+broker_pid() {
+  [[ -f "$PIDFILE" ]] || return 1
+  local pid cmd
+  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+  if [[ "$pid" =~ ^[0-9]+$ ]] && alive "$pid"; then
+    cmd="$(pid_cmdline "$pid" || true)"
+    if [[ "$cmd" == *kafka.Kafka* && "$cmd" == *"$PROPS"* ]]; then
+      echo "$pid"
+      return 0
+    fi
+  fi
+  rm -f "$PIDFILE"
+  return 1
+}
+
+# find_class NAME... prints the first of the given class names that one of the
+# jars contains (zip directories store entry names uncompressed, so grep can
+# see them). It keeps the script working across Kafka versions that moved
+# tools from the Scala core (kafka.*) to Java (org.apache.kafka.tools.*).
+find_class() {
+  local class
+  for class in "$@"; do
+    if grep -qaF "${class//.//}.class" "$LIBS"/*.jar 2>/dev/null; then
+      echo "$class"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# run_tool CLASS ARGS... runs a Kafka command-line tool on the broker's classpath.
+run_tool() {
+  "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" "$@"
+}
+
+# show_log_tail prints the end of the broker's logs, for failure messages.
+show_log_tail() {
+  local f
+  for f in "$LOG_DIR/kafka.out" "$LOG_DIR/server.log"; do
+    [[ -s "$f" ]] || continue
+    echo "----- last lines of $f -----" >&2
+    tail -n 30 "$f" >&2
+  done
+  echo "-----" >&2
+}
+
+# -------------------------------------------------------------------- jars --
+
+# libs_stamp identifies the jar set: the pinned version plus a checksum of the
+# pom, so that any edit of the pom (version, exclusions) refreshes the jars.
+libs_stamp() {
+  echo "kafka=$(kafka_version) pom=$(cksum <"$POM" | cut -d' ' -f1)"
+}
+
+# ensure_libs copies the broker's jars from Maven Central into $LIBS, unless
+# they are already there for the pinned version. mvn writes into a temporary
+# folder that replaces $LIBS only once complete, so an interrupted download
+# never leaves a half-filled libs folder behind.
+ensure_libs() {
+  local want
+  want="$(libs_stamp)"
+  if [[ -f "$LIBS/.stamp" && "$(cat "$LIBS/.stamp")" == "$want" ]]; then
+    return 0
+  fi
+  command -v mvn >/dev/null 2>&1 || die "mvn not found: Maven is needed to fetch the Kafka jars"
+
+  log "fetching Apache Kafka $(kafka_version) jars from Maven Central (first run only)"
+  local tmp="$KAFKA_CACHE/libs.tmp.$$" mvn_log="$KAFKA_CACHE/mvn.log"
+  rm -rf "$tmp"
+  # mvn's output goes to a file (Debian's Maven 3.8 prints stray colour codes
+  # even in batch mode) and is shown only when it fails.
+  # shellcheck disable=SC2086  # SLUICE_MVN_ARGS is a list of words on purpose
+  if ! mvn -B -ntp -f "$POM" ${SLUICE_MVN_ARGS:-} \
+      dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$tmp" >"$mvn_log" 2>&1; then
+    tail -n 40 "$mvn_log" >&2
+    rm -rf "$tmp"
+    die "mvn could not fetch the Kafka jars (full output: $mvn_log)"
+  fi
+  echo "$want" >"$tmp/.stamp"
+  rm -rf "$LIBS"
+  mv "$tmp" "$LIBS"
+}
+
+# ----------------------------------------------------------------- broker --
+
+# write_config generates server.properties for this port (every start, so a
+# changed port or setting takes effect; the data folder is kept).
+write_config() {
+  mkdir -p "$DATA_DIR" "$LOG_DIR"
+  cat >"$PROPS" <<EOF
+# Generated by scripts/kafka.sh on every start; edits are overwritten.
+process.roles=broker,controller
+node.id=$NODE_ID
+controller.quorum.voters=$NODE_ID@$HOST:$CONTROLLER_PORT
+controller.listener.names=CONTROLLER
+listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$HOST:$PORT
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$DATA_DIR
+
+# One node: every internal topic has a single replica.
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+min.insync.replicas=1
+# Fewer partitions for the internal topics than the defaults (50), so that
+# the first consumer group or transaction on a fresh broker is not slowed
+# down by creating them.
+offsets.topic.num.partitions=5
+transaction.state.log.num.partitions=5
+
+# Tests: consumer groups form at once, topics appear on first use.
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+delete.topic.enable=true
+num.partitions=1
+default.replication.factor=1
+EOF
+}
+
+# format_storage writes the KRaft meta.properties into the data folder on the
+# first start (or after a wipe) with a random cluster id.
+format_storage() {
+  if [[ -f "$DATA_DIR/meta.properties" ]]; then
+    return 0
+  fi
+  local tool cluster_id
+  tool="$(find_class org.apache.kafka.tools.StorageTool kafka.tools.StorageTool)" \
+    || die "no StorageTool class in $LIBS"
+  cluster_id="$(random_cluster_id)"
+  log "formatting $DATA_DIR (cluster id $cluster_id)"
+  run_tool "$tool" format -t "$cluster_id" -c "$PROPS" --ignore-formatted >"$LOG_DIR/format.out" 2>&1 \
+    || { cat "$LOG_DIR/format.out" >&2; die "formatting the storage failed"; }
+}
+
+# random_cluster_id prints 16 random bytes in URL-safe base64 without padding,
+# the form Kafka's Uuid uses. Like Kafka, it avoids a leading '-' that a
+# command-line parser would take for an option.
+random_cluster_id() {
+  local id
+  while :; do
+    id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+    if [[ "$id" != -* ]]; then
+      echo "$id"
+      return
+    fi
+  done
+}
+
+print_versions() {
+  local java_version
+  java_version="$("$JAVA" -version 2>&1 | head -n 1)" || die "cannot run $JAVA (is Java 17+ installed?)"
+  log "Apache Kafka $(kafka_version), $java_version"
+}
+
+# launch runs the broker in the background, detached from this shell's
+# session, with its output in logs/kafka.out and its pid in kafka.pid.
+launch() {
+  # shellcheck disable=SC2206  # HEAP_OPTS is a list of words on purpose
+  local -a jvm=(
+    $HEAP_OPTS
+    -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
+    -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true
+    "-Dlog4j.configuration=file:$LOG4J_SERVER"
+    "-Dkafka.logs.dir=$LOG_DIR"
+  )
+  local detach=env # a no-op wrapper when there is no setsid(1)
+  if command -v setsid >/dev/null 2>&1; then
+    detach=setsid
+  fi
+
+  # One server.log per run, so that failure messages show this run's lines.
+  if [[ -f "$LOG_DIR/server.log" ]]; then
+    mv -f "$LOG_DIR/server.log" "$LOG_DIR/server.log.prev"
+  fi
+
+  # The lock's file descriptor (9) must not leak into the broker, or the lock
+  # would be held for as long as the broker runs.
+  "$detach" "$JAVA" "${jvm[@]}" -cp "$LIBS/*" kafka.Kafka "$PROPS" \
+    </dev/null >"$LOG_DIR/kafka.out" 2>&1 9>&- &
+  echo $! >"$PIDFILE"
+}
+
+do_start() {
+  local pid
+  if pid="$(broker_pid)"; then
+    if [[ "${SLUICE_KAFKA_FRESH:-0}" == 1 ]]; then
+      log "SLUICE_KAFKA_FRESH=1: restarting the running broker with empty storage"
+      do_stop
+    else
+      log "already running (pid $pid) on $HOST:$PORT"
+      return 0
+    fi
+  fi
+
+  print_versions
+  # The jars are shared by the brokers of all ports: a lock of their own.
+  with_lock lock-libs ensure_libs
+
+  if port_open "$PORT" || port_open "$CONTROLLER_PORT"; then
+    die "port $PORT or $CONTROLLER_PORT on $HOST is taken by another process (set SLUICE_KAFKA_PORT / SLUICE_KAFKA_CONTROLLER_PORT)"
+  fi
+
+  if [[ "${SLUICE_KAFKA_FRESH:-0}" == 1 ]]; then
+    log "SLUICE_KAFKA_FRESH=1: wiping $DATA_DIR"
+    rm -rf "$DATA_DIR"
+  fi
+
+  write_config
+  format_storage
+  launch
+  log "started broker pid $(cat "$PIDFILE") on $HOST:$PORT (log: $LOG_DIR/server.log)"
+}
+
+# probe succeeds when the broker answers a metadata request and lists itself
+# as a live broker. The ApiVersions tool first sends a Metadata request and
+# then prints one line per broker in the answer; a broker that is still
+# fenced (registering with the controller) is not in the answer yet, so
+# success also means topics can be created and written.
+probe() {
+  local tool out
+  tool="$(find_class org.apache.kafka.tools.BrokerApiVersionsCommand kafka.admin.BrokerApiVersionsCommand)" \
+    || die "no BrokerApiVersionsCommand class in $LIBS"
+  out="$(run_with_timeout 30 "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" \
+    "$tool" --bootstrap-server "$HOST:$PORT" 2>&1)" || return 1
+  [[ "$out" == *"$HOST:$PORT (id: $NODE_ID "* ]]
+}
+
+# warm_up_groups makes the broker create its consumer-offsets topic, by
+# looking up the coordinator of a consumer group, when a fresh data folder
+# does not have it yet. Without it, the first consumer group of a test on a
+# fresh broker waits for the topic to be created: about 5 s with kafka-go,
+# whose coordinator lookups back off. Best effort: a failure only logs.
+warm_up_groups() {
+  if [[ -d "$DATA_DIR/__consumer_offsets-0" ]]; then
+    return 0
+  fi
+  local tool
+  tool="$(find_class org.apache.kafka.tools.consumer.group.ConsumerGroupCommand kafka.admin.ConsumerGroupCommand)" \
+    || return 0
+  # The group does not exist: the command says so after the lookup.
+  if ! run_with_timeout 60 "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" "$tool" \
+      --bootstrap-server "$HOST:$PORT" --describe --group sluice-warm-up >/dev/null 2>&1; then
+    log "note: could not warm up the group coordinator; the first consumer group may take a few seconds"
+  fi
+}
+
+do_wait() {
+  [[ -f "$LIBS/.stamp" ]] || die "no Kafka jars in $LIBS yet: run '$0 start' first"
+  local start=$SECONDS deadline=$((SECONDS + WAIT_SECONDS)) had_pidfile=0
+  [[ -f "$PIDFILE" ]] && had_pidfile=1
+
+  while ((SECONDS < deadline)); do
+    # A broker we started that has exited will not come back: fail at once.
+    if ((had_pidfile)) && ! broker_pid >/dev/null; then
+      echo "kafka: error: the broker exited during startup" >&2
+      show_log_tail
+      exit 1
+    fi
+    # Cheap TCP check first; the JVM-based metadata probe only once the
+    # listener is up.
+    if port_open "$PORT" && probe; then
+      log "ready on $HOST:$PORT ($((SECONDS - start)) s)"
+      return 0
+    fi
+    sleep 0.5
+  done
+
+  echo "kafka: error: no metadata answer from $HOST:$PORT within ${WAIT_SECONDS}s (SLUICE_KAFKA_WAIT)" >&2
+  if broker_pid >/dev/null; then
+    show_log_tail
+  else
+    echo "kafka: no broker started by $0 is running on port $PORT" >&2
+  fi
+  exit 1
+}
+
+do_stop() {
+  local pid
+  if ! pid="$(broker_pid)"; then
+    log "not running"
+    rm -f "$PIDFILE"
+    return 0
+  fi
+  log "stopping broker pid $pid"
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + STOP_SECONDS))
+  while alive "$pid" && ((SECONDS < deadline)); do
+    sleep 0.2
+  done
+  if alive "$pid"; then
+    log "still running after ${STOP_SECONDS}s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    deadline=$((SECONDS + 5))
+    while alive "$pid" && ((SECONDS < deadline)); do
+      sleep 0.1
+    done
+  fi
+  rm -f "$PIDFILE"
+  log "stopped"
+}
+
+do_status() {
+  local pid
+  if pid="$(broker_pid)"; then
+    echo "running (pid $pid, $HOST:$PORT)"
+  else
+    echo "stopped"
+    return 3
+  fi
+}
+
+usage() {
+  sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
+  exit 2
+}
+
+# -------------------------------------------------------------------- main --
+
+case "${1:-}" in
+  start)
+    with_lock "lock-$PORT" do_start
+    do_wait
+    warm_up_groups
+    ;;
+  wait) do_wait ;;
+  stop) with_lock "lock-$PORT" do_stop ;;
+  status) do_status ;;
+  *) usage ;;
+esac
