@@ -81,12 +81,15 @@ type Worker struct {
 
 	mu      sync.Mutex
 	retries retryHeap // records waiting out a backoff
+
+	writeErrLog, fetchErrLog logLimiter
 }
 
 // item is a record in flight.
 type item struct {
 	rec      Record
-	attempts int       // write attempts made so far
+	attempts int       // write attempts the sink answered
+	failures int       // write attempts that failed as a whole (sink unreachable)
 	due      time.Time // earliest next attempt (retries)
 	invalid  string    // reason to dead-letter without writing, if set
 }
@@ -165,7 +168,6 @@ func (w *Worker) fetch(ctx context.Context) {
 			return
 		}
 	}
-	var lastLog time.Time
 	for {
 		for int64(len(w.fetched)) >= max(w.prefetch.Load(), 1) {
 			select {
@@ -187,9 +189,8 @@ func (w *Worker) fetch(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if time.Since(lastLog) > 5*time.Second {
+			if w.fetchErrLog.allow(time.Now()) {
 				w.log.Error("fetch failed, retrying", "err", err)
-				lastLog = time.Now()
 			}
 			select {
 			case <-time.After(time.Second):
@@ -415,11 +416,24 @@ func (w *Worker) write(ctx context.Context, batch []*item) {
 		err = fmt.Errorf("sink returned %d results for %d records", len(results), len(recs))
 	}
 	now := time.Now()
-	for i, it := range batch {
-		res := Result{Outcome: Retryable, Reason: fmt.Sprint(err)}
-		if err == nil {
-			res = results[i]
+	if err != nil {
+		// The sink never judged these records (unreachable, timeout): retry
+		// them without using up their attempts, however long it lasts.
+		if w.writeErrLog.allow(now) {
+			w.log.Warn("sink write failed, retrying", "records", len(batch), "err", err)
 		}
+		for _, it := range batch {
+			it.failures++
+			wait, ok := w.p.Retry.Backoff(min(it.failures, 4), 0)
+			if !ok {
+				wait, _ = w.p.Retry.Backoff(1, 0)
+			}
+			w.retry(it, now.Add(wait))
+		}
+		return
+	}
+	for i, it := range batch {
+		res := results[i]
 		it.attempts++
 		switch res.Outcome {
 		case Delivered, Duplicate:
@@ -438,15 +452,36 @@ func (w *Worker) write(ctx context.Context, batch []*item) {
 				w.deadLetter(ctx, it, fmt.Sprintf("gave up after %d attempts: %s", it.attempts, res.Reason))
 				continue
 			}
-			w.c.retried.Add(1)
-			it.due = now.Add(wait)
-			w.mu.Lock()
-			heap.Push(&w.retries, it)
-			w.mu.Unlock()
+			w.retry(it, now.Add(wait))
 		default:
 			w.deadLetter(ctx, it, res.Reason)
 		}
 	}
+}
+
+// retry schedules it for another attempt at due.
+func (w *Worker) retry(it *item, due time.Time) {
+	w.c.retried.Add(1)
+	it.due = due
+	w.mu.Lock()
+	heap.Push(&w.retries, it)
+	w.mu.Unlock()
+}
+
+// logLimiter lets a repeated log line through at most once per interval.
+type logLimiter struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (l *logLimiter) allow(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.last) < 5*time.Second {
+		return false
+	}
+	l.last = now
+	return true
 }
 
 // deadLetter stores it in the dead-letter topic, trying until it succeeds or

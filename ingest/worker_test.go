@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -59,6 +60,7 @@ func (s *fakeSource) doneCount() int {
 // fakeSink answers by a rule per record ID and remembers what it stored.
 type fakeSink struct {
 	mu       sync.Mutex
+	down     int // the first down writes fail as a whole
 	stored   map[string]int
 	attempts map[string]int
 	answer   func(id string, attempt int) ingest.Result
@@ -67,6 +69,10 @@ type fakeSink struct {
 func (s *fakeSink) Write(_ context.Context, batch []ingest.Record) ([]ingest.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.down > 0 {
+		s.down--
+		return nil, errors.New("connection refused")
+	}
 	out := make([]ingest.Result, len(batch))
 	for i, r := range batch {
 		s.attempts[r.ID]++
@@ -277,4 +283,13 @@ func TestWorkerAnnouncesBacklogThenIdles(t *testing.T) {
 	defer r.capa.mu.Unlock()
 	require.Contains(t, r.capa.demand, ingest.Inf, "a backlog larger than the budget asks for more capacity")
 	require.Equal(t, 0.0, r.capa.demand[len(r.capa.demand)-1], "a stopped worker wants nothing")
+}
+
+func TestWorkerRetriesAnUnreachableSinkWithoutDeadLettering(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, ingest.WorkerConfig{IDField: "id"}, 100, records(20)...)
+	r.sink.down = 10 // more failed writes than the retry policy's 3 attempts
+	r.run(t)
+	require.Len(t, r.sink.stored, 20)
+	require.Empty(t, r.dlq.reasons)
 }

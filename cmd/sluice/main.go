@@ -57,9 +57,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ErrWriter:            stderr,
 		HideHelpCommand:      true,
 		EnableBashCompletion: true,
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cli.Exit(err.Error()+" (see --help)", exitUsage)
-		},
+		OnUsageError:         onUsageError,
 		Commands: []*cli.Command{
 			workerCommand(),
 			bulkLoadCommand(),
