@@ -81,18 +81,21 @@ type Sim struct {
 	cfg   SimConfig
 	clock func() time.Time
 
-	mu     sync.Mutex
-	epoch  time.Time     // start or last reset; accounting times are offsets from it
-	last   time.Duration // latest accounting time (monotonic clamp)
-	rng    *rand.Rand
-	stored map[string]struct{}
-	tokens int64         // bucket: units × 1e9
-	filled time.Duration // bucket: time of the last refill
-	admit  window        // window mode: admitted units in the last 1 s
-	win1s  window        // stats: max units in any 1 s
-	win200 window        // stats: max units in any 200 ms
-	stats  SimStats
-	series []int64
+	mu    sync.Mutex
+	epoch time.Time // start or last reset; accounting times are offsets from it
+
+	charged                 bool          // any units charged since epoch
+	firstCharge, lastCharge time.Duration // offsets of the first and latest charge
+	last                    time.Duration // latest accounting time (monotonic clamp)
+	rng                     *rand.Rand
+	stored                  map[string]struct{}
+	tokens                  int64         // bucket: units × 1e9
+	filled                  time.Duration // bucket: time of the last refill
+	admit                   window        // window mode: admitted units in the last 1 s
+	win1s                   window        // stats: max units in any 1 s
+	win200                  window        // stats: max units in any 200 ms
+	stats                   SimStats
+	series                  []int64
 }
 
 // NewSim validates cfg, fills its defaults and returns an emulator whose
@@ -151,6 +154,7 @@ func (s *Sim) Reset() {
 	s.stats = SimStats{Mode: s.cfg.Mode, Unit: s.cfg.Unit}
 	s.stats.CapacityPerSec = s.cfg.Capacity
 	s.series = nil
+	s.charged = false
 }
 
 // Stats returns the statistics since the start or the last reset.
@@ -165,6 +169,9 @@ func (s *Sim) Snapshot(series bool) SimStats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.MaxUnits1s, st.MaxUnits200ms = s.win1s.max, s.win200.max
+	if s.charged {
+		st.FirstChargeAt, st.LastChargeAt = s.epoch.Add(s.firstCharge), s.epoch.Add(s.lastCharge)
+	}
 	if series {
 		st.SeriesStart = s.epoch
 		st.UnitsPer200ms = append([]int64{}, s.series...)
@@ -389,6 +396,10 @@ func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Durat
 		s.stats.ThrottledRequests++
 	}
 	if charged > 0 {
+		if !s.charged {
+			s.charged, s.firstCharge = true, at
+		}
+		s.lastCharge = at
 		if s.cfg.Mode == ModeWindow {
 			s.admit.add(at, charged)
 		}

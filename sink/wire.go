@@ -77,6 +77,11 @@ type SimStats struct {
 	ThrottledRequests int64 `json:"throttled_requests"`
 	// Malformed counts requests refused as a whole (bad body, too large).
 	Malformed int64 `json:"malformed_requests"`
+	// FirstChargeAt and LastChargeAt are when the first and the latest
+	// units were charged (zero before any): the sink's own view of how
+	// long a load took.
+	FirstChargeAt time.Time `json:"first_charge_at,omitzero"`
+	LastChargeAt  time.Time `json:"last_charge_at,omitzero"`
 	// SeriesStart is when the first 200 ms bucket of UnitsPer200ms starts
 	// (the emulator's start or last reset). Only with ?series=1.
 	SeriesStart time.Time `json:"series_start,omitzero"`
