@@ -26,6 +26,14 @@ demo: build ## bulk-load the USGS earthquakes through embedded Kafka, Redis and 
 test: ## unit and integration tests with the race detector (starts a real redis-server itself)
 	$(GO) test -race -count=1 ./...
 
+.PHONY: e2e
+e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here), separate sluice processes
+	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	scripts/kafka.sh start
+	scripts/redis.sh start
+	SLUICE_E2E_BIN=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e/ 2>&1 | tee $(CACHE)/e2e.log; \
+		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; exit $$rc
+
 .PHONY: lint
 lint: ## gofmt, go vet, and go mod tidy leaving no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -33,7 +41,7 @@ lint: ## gofmt, go vet, and go mod tidy leaving no diff
 	$(GO) mod tidy -diff
 
 .PHONY: ci
-ci: lint test demo ## what CI runs
+ci: lint test demo e2e ## what CI runs
 
 .PHONY: clean
 clean: ## remove build output and caches

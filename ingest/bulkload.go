@@ -63,6 +63,7 @@ type BulkLoadPorts struct {
 	DeadLetters DeadLetters // receives malformed rows
 	Offsets     Offsets
 	// Workers drain the topic (each a full worker stack in the group).
+	// None: worker pods of the group drain it.
 	Workers []Runner
 	// Counters are the workers' shared totals.
 	Counters *Counters
@@ -93,8 +94,8 @@ func NewBulkLoad(cfg BulkLoadConfig, p BulkLoadPorts) (*BulkLoad, error) {
 		return nil, errors.New("ingest: bulk load needs a topic and a group")
 	case cfg.Capacity <= 0:
 		return nil, fmt.Errorf("ingest: bulk load capacity must be > 0, got %v", cfg.Capacity)
-	case p.File == nil || p.Producer == nil || p.DeadLetters == nil || p.Offsets == nil || len(p.Workers) == 0 || p.Counters == nil:
-		return nil, errors.New("ingest: bulk load needs a file, producer, dead letters, offsets, counters and at least one worker")
+	case p.File == nil || p.Producer == nil || p.DeadLetters == nil || p.Offsets == nil || p.Counters == nil:
+		return nil, errors.New("ingest: bulk load needs a file, producer, dead letters, offsets and counters")
 	}
 	cfg.Chunk = cmp.Or(cfg.Chunk, 500)
 	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)

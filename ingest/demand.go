@@ -7,11 +7,14 @@ import (
 
 // Demand timing. A worker that stops having a backlog keeps asking for its
 // share for backlogHold, so a queue that runs dry between two fetches does
-// not hand partitions back and forth; one whose source has had nothing for
-// dryAfter asks for nothing, so peers with a backlog get its share at once.
+// not hand partitions back and forth. One whose source has had nothing for
+// dryAfter asks for nothing, so peers with a backlog get its share at once;
+// when the source reports its lag (Lagger), caughtUpAfter with no lag and
+// nothing fetched is enough.
 const (
-	backlogHold = time.Second
-	dryAfter    = 200 * time.Millisecond
+	backlogHold   = time.Second
+	dryAfter      = 200 * time.Millisecond
+	caughtUpAfter = 50 * time.Millisecond
 	headroom    = 1.25 // demand over the rate sent, for a rising arrival rate
 )
 
@@ -22,6 +25,7 @@ type demand struct {
 	leaseAhead    bool
 	started       atomic.Bool  // a record was fetched
 	fetchingSince atomic.Int64 // unix ns since the fetcher waits in Source.Fetch; 0 when it does not
+	lag           func() int64 // the source's lag, nil when unknown
 
 	lastBacklog time.Time   // slice loop only
 	recent      spendWindow // units sent in the last second
@@ -34,8 +38,11 @@ func (d *demand) estimate(now time.Time, backlog, idle bool) float64 {
 		d.lastBacklog = now
 		return Inf
 	}
-	if since := d.fetchingSince.Load(); idle && since != 0 && now.Sub(time.Unix(0, since)) >= dryAfter {
-		return 0
+	if since := d.fetchingSince.Load(); idle && since != 0 {
+		waited := now.Sub(time.Unix(0, since))
+		if waited >= dryAfter || (waited >= caughtUpAfter && d.lag != nil && d.lag() == 0) {
+			return 0
+		}
 	}
 	if now.Sub(d.lastBacklog) < backlogHold {
 		return Inf

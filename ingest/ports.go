@@ -22,6 +22,13 @@ type Source interface {
 	Done(rec Record)
 }
 
+// Lagger is implemented by sources that know their consumer lag: how many
+// records wait in the queue beyond those fetched (0 when caught up, -1 when
+// unknown). A caught-up worker hands its capacity to its peers sooner.
+type Lagger interface {
+	Lag() int64
+}
+
 // DeadLetters takes records that can never be written (invalid, too large, or
 // refused by the sink with a permanent error), with the reason.
 type DeadLetters interface {

@@ -137,6 +137,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelWrites()
 
 	w.demand.leaseAhead = w.cfg.LeaseAhead
+	if l, ok := w.p.Source.(Lagger); ok {
+		w.demand.lag = l.Lag
+	}
 	w.p.Capacity.SetDemand(w.demand.estimate(time.Now(), false, true))
 	var fetching, writing sync.WaitGroup
 	fetching.Go(func() { w.fetch(ctx) })

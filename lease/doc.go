@@ -55,7 +55,7 @@
 //
 // # Fair share
 //
-// Every Tick (default 250 ms) a worker announces its demand in partitions,
+// Every Tick (default 100 ms) a worker announces its demand in partitions,
 // ceil(demand / PartitionRate) capped at P (+Inf, a backlog, asks for P; 0
 // for none), and reads the live members. Every worker computes the same
 // max-min water-filling share from the same list: each member gets min(its

@@ -61,7 +61,7 @@ type Config struct {
 	// counting instant completes before the lease can expire in Redis and be
 	// taken by a peer.
 	Margin time.Duration
-	// Tick is the period of the acquire / fair-share loop. Default 250 ms.
+	// Tick is the period of the acquire / fair-share loop. Default 100 ms.
 	// While below its share with nothing free, the loop retries at Tick/5.
 	Tick time.Duration
 	// RenewEvery is how long after its last lock or extend a lease is
@@ -99,7 +99,7 @@ func (c Config) withDefaults() Config {
 		c.Margin = c.minMargin()
 	}
 	if c.Tick == 0 {
-		c.Tick = 250 * time.Millisecond
+		c.Tick = 100 * time.Millisecond
 	}
 	if c.RenewEvery == 0 {
 		c.RenewEvery = c.Pool.TTL / 3
@@ -290,7 +290,9 @@ func (m *Manager) SetDemand(unitsPerSecond float64) {
 	m.demand = unitsPerSecond
 	after := m.wantLocked()
 	m.mu.Unlock()
-	if after > before {
+	// A rise is served at once; so is a drop to nothing, so that peers with
+	// a backlog get the partitions without waiting for the next tick.
+	if after > before || (after == 0 && before > 0) {
 		select {
 		case m.wake <- struct{}{}:
 		default:

@@ -76,7 +76,7 @@ func bulkLoadCommand() *cli.Command {
 			"produced offset. With --embedded, Kafka, Redis and the sink emulator run in-process\n" +
 			"unless --brokers, --redis-addr or --sink are given.",
 		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), []cli.Flag{
-			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods)"),
+			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods); 0: only produce, and wait for worker pods of the group to drain"),
 			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what is not given (nothing to install)"),
 			stringFlag("format", "", "input format: csv or ndjson (default: from the extension)"),
 			intFlag("topic-partitions", 6, "partitions of the topic when sluice creates it"),
@@ -96,8 +96,8 @@ func bulkLoad(c *cli.Context) error {
 		return usageError(err)
 	}
 	workers := c.Int("workers")
-	if workers < 1 {
-		return usageError(fmt.Errorf("--workers: must be ≥ 1 (got %d)", workers))
+	if workers < 0 {
+		return usageError(fmt.Errorf("--workers: must be ≥ 0 (got %d)", workers))
 	}
 	file, err := ingest.OpenFile(c.Args().First(), c.String("format"), s.idField)
 	if err != nil {

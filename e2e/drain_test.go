@@ -1,0 +1,116 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Case 1: the USGS file bulk-loaded while three worker processes drain it.
+func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
+	e := newEnv(t, 2000, 20, 15*time.Second)
+	for i := range 3 {
+		e.worker(fmt.Sprintf("w%d", i+1))
+	}
+	e.awaitGroup(3)
+
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	code, out := e.run(3*time.Minute, append(append([]string{"bulk-load", "--workers", "0"}, e.common()...),
+		"--summary-json", summary, usgs)...)
+	require.Equal(t, 0, code, out)
+
+	st := e.awaitAccepted(usgsRecords, 30*time.Second)
+	e.report(st)
+	require.EqualValues(t, usgsRecords, st.Accepted, "every record at the sink")
+	require.Zero(t, st.Duplicates, "every record exactly once")
+	require.Zero(t, st.Throttled)
+	elapsed := st.LastChargeAt.Sub(st.FirstChargeAt).Seconds()
+	ideal := float64(usgsRecords) / float64(e.capacity)
+	t.Logf("utilization at the sink: ideal %.2f s / elapsed %.2f s = %.3f", ideal, elapsed, ideal/elapsed)
+	require.GreaterOrEqual(t, ideal/elapsed, 0.95)
+}
+
+// Case 6: records produced by an independent client (kcat) are ingested like
+// sluice's own: the worker derives each ID from the id field.
+func TestRecordsFromKcatAreIngested(t *testing.T) {
+	kcat, err := exec.LookPath("kcat")
+	require.NoError(t, err, "kcat is needed: apt-get install kcat (make e2e installs it)")
+	e := newEnv(t, 1000, 10, 15*time.Second)
+	e.worker("w1")
+	e.awaitGroup(1)
+
+	const n = 500
+	var lines strings.Builder
+	for i := range n {
+		fmt.Fprintf(&lines, "k%d\t{\"id\":\"kcat-%d\",\"mag\":%d.5}\n", i, i, i%7)
+	}
+	cmd := exec.Command(kcat, "-P", "-b", brokers, "-t", e.name, "-K", "\t")
+	cmd.Stdin = strings.NewReader(lines.String())
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	st := e.awaitAccepted(n, 30*time.Second)
+	e.report(st)
+	require.EqualValues(t, n, st.Accepted)
+	require.Zero(t, st.Duplicates)
+}
+
+// Case 7: a record the sink refuses (400) lands in <topic>.dlq with its
+// reason; its neighbours are delivered.
+func TestPoisonRecordIsDeadLettered(t *testing.T) {
+	e := newEnv(t, 1000, 10, 15*time.Second, "--required-fields", "time")
+	e.worker("w1")
+	e.awaitGroup(1)
+
+	path := filepath.Join(t.TempDir(), "poison.ndjson")
+	var lines strings.Builder
+	for i := range 100 {
+		if i == 50 {
+			lines.WriteString(`{"id":"poison-50","mag":"4.2"}` + "\n") // no time: the sink answers 400
+			continue
+		}
+		fmt.Fprintf(&lines, `{"id":"ok-%d","time":"2025-06-05T09:16:0%d.000Z"}`+"\n", i, i%10)
+	}
+	require.NoError(t, writeFile(path, lines.String()))
+	code, out := e.run(time.Minute, "produce", "--brokers", brokers, "--topic", e.name, "--id-field", "id", path)
+	require.Equal(t, 0, code, out)
+
+	st := e.awaitAccepted(99, 30*time.Second)
+	e.report(st)
+	require.EqualValues(t, 99, st.Accepted, "the neighbours are delivered")
+	require.EqualValues(t, 1, st.Rejected)
+
+	msg := readOne(t, e.name+".dlq")
+	headers := map[string]string{}
+	for _, h := range msg.Headers {
+		headers[h.Key] = string(h.Value)
+	}
+	t.Logf("dead letter: value %s, headers %v", msg.Value, headers)
+	require.JSONEq(t, `{"id":"poison-50","mag":"4.2"}`, string(msg.Value))
+	require.Equal(t, "poison-50", headers[queue.HeaderID])
+	require.Contains(t, headers[queue.HeaderReason], "time")
+	require.Contains(t, headers[queue.HeaderSource], e.name+"/")
+}
+
+// readOne reads the first message of a single-partition topic.
+func readOne(t *testing.T, topic string) kafka.Message {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{brokers}, Topic: topic, Partition: 0, MaxWait: 200 * time.Millisecond})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	msg, err := r.ReadMessage(ctx)
+	require.NoError(t, err, "no dead letter in %s", topic)
+	return msg
+}

@@ -1,0 +1,145 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func writeFile(path, data string) error { return os.WriteFile(path, []byte(data), 0o600) }
+
+// threeWorkersLoading starts three workers, waits for the group to settle,
+// produces the USGS file and waits until the sink is busy.
+func threeWorkersLoading(t *testing.T, e *env) []*proc {
+	t.Helper()
+	ws := []*proc{e.worker("w1"), e.worker("w2"), e.worker("w3")}
+	e.awaitGroup(3)
+	e.produce(0)
+	e.awaitAccepted(int64(2*e.capacity), 30*time.Second) // two seconds in
+	return ws
+}
+
+// Case 2: kill -9 of one of three workers mid-run: nothing is lost, and its
+// partitions are in use by the survivors within lease TTL + 1 s.
+func TestKilledWorkerLosesNothing(t *testing.T) {
+	e := newEnv(t, 1000, 10, 5*time.Second)
+	ws := threeWorkersLoading(t, e)
+	held := holders(e.pool())["w3"]
+	require.NotZero(t, held, "w3 held no partition before the kill")
+
+	killed := time.Now()
+	require.NoError(t, ws[2].cmd.Process.Kill())
+	var reclaim time.Duration
+	require.Eventually(t, func() bool {
+		h := holders(e.pool())
+		reclaim = time.Since(killed)
+		return h["w3"] == 0 && h["w1"]+h["w2"] == e.parts
+	}, e.ttl+time.Second, 50*time.Millisecond, "survivors did not take w3's %d partitions within TTL + 1 s", held)
+	t.Logf("w3 held %d partitions; survivors hold all %d after %v (TTL %v)", held, e.parts, reclaim.Round(time.Millisecond), e.ttl)
+
+	st := e.awaitAccepted(usgsRecords, 2*time.Minute)
+	e.report(st)
+	require.EqualValues(t, usgsRecords, st.Accepted, "0 records lost")
+}
+
+// Case 3: SIGTERM of a worker mid-batch: it exits 0 within the grace period,
+// commits what the sink acknowledged, releases its leases (peers take them
+// within 1 s), and causes no duplicate at the sink.
+func TestTerminatedWorkerHandsOverCleanly(t *testing.T) {
+	e := newEnv(t, 1000, 10, 15*time.Second)
+	ws := threeWorkersLoading(t, e)
+
+	const grace = 10 * time.Second
+	ws[2].signal(t, syscall.SIGTERM)
+	term := time.Now()
+	code, ok := ws[2].wait(grace + 2*time.Second)
+	require.True(t, ok, "w3 did not exit within the grace period")
+	require.Equal(t, 0, code)
+	exited := time.Since(term)
+
+	var takeover time.Duration
+	require.Eventually(t, func() bool {
+		h := holders(e.pool())
+		takeover = time.Since(term)
+		return h["w3"] == 0 && h["w1"]+h["w2"] == e.parts
+	}, exited+time.Second, 20*time.Millisecond, "peers did not take w3's partitions within 1 s of its exit")
+	t.Logf("w3 exited %v after SIGTERM; peers held every partition %v after it", exited.Round(time.Millisecond), takeover.Round(time.Millisecond))
+
+	st := e.awaitAccepted(usgsRecords, 2*time.Minute)
+	e.report(st)
+	require.EqualValues(t, usgsRecords, st.Accepted)
+	require.Zero(t, st.Duplicates, "the hand-over caused duplicates")
+}
+
+// Case 4: Redis stopped mid-run: every worker stops writing before its
+// leases' validity ends; Redis back: ingestion resumes; nothing is lost.
+func TestRedisOutageStopsWritesAndResumes(t *testing.T) {
+	port := "16390"
+	cache := t.TempDir()
+	redisCmd := func(action string) {
+		cmd := exec.Command("../scripts/redis.sh", action)
+		cmd.Env = append(os.Environ(), "SLUICE_REDIS_PORT="+port, "SLUICE_CACHE="+cache)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	redisCmd("start")
+	t.Cleanup(func() { redisCmd("stop") })
+
+	const ttl = 5 * time.Second
+	e := newEnv(t, 1000, 10, ttl)
+	e.redis = "127.0.0.1:" + port
+	e.worker("w1")
+	e.worker("w2")
+	e.awaitGroup(2)
+	e.produce(0)
+	e.awaitAccepted(2000, 30*time.Second)
+
+	stopped := time.Now()
+	redisCmd("stop")
+	// Leases were last renewed before the stop, so none is valid past
+	// stopped + TTL; a worker must stop writing before that.
+	time.Sleep(ttl + 2*time.Second)
+	during := e.stats()
+	lastWrite := during.LastChargeAt.Sub(stopped)
+	t.Logf("Redis stopped; last write accepted %v later (lease TTL %v); %d of %d stored so far",
+		lastWrite.Round(time.Millisecond), ttl, during.Accepted, usgsRecords)
+	require.Less(t, lastWrite, ttl, "a write was accepted after every lease had expired")
+	require.Less(t, during.Accepted, int64(usgsRecords), "the load finished before the outage was tested")
+
+	redisCmd("start")
+	resumed := time.Now()
+	st := e.awaitAccepted(usgsRecords, 2*time.Minute)
+	t.Logf("Redis back: the rest was stored within %v", time.Since(resumed).Round(time.Millisecond))
+	e.report(st)
+	require.EqualValues(t, usgsRecords, st.Accepted, "0 records lost")
+}
+
+// Case 5: the Kafka broker restarted mid-run: ingestion resumes; nothing is
+// lost.
+func TestKafkaRestartResumes(t *testing.T) {
+	e := newEnv(t, 1000, 10, 15*time.Second)
+	e.worker("w1")
+	e.worker("w2")
+	e.awaitGroup(2)
+	e.produce(0)
+	e.awaitAccepted(2000, 30*time.Second)
+
+	kafkaCmd := func(action string) {
+		out, err := exec.Command("../scripts/kafka.sh", action).CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	kafkaCmd("stop")
+	during := e.stats().Accepted
+	kafkaCmd("start")
+	restarted := time.Now()
+	st := e.awaitAccepted(usgsRecords, 3*time.Minute)
+	t.Logf("broker restarted with %d of %d stored; the rest within %v", during, usgsRecords, time.Since(restarted).Round(time.Millisecond))
+	e.report(st)
+	require.EqualValues(t, usgsRecords, st.Accepted, "0 records lost")
+}
