@@ -15,7 +15,7 @@ const (
 	backlogHold   = time.Second
 	dryAfter      = 200 * time.Millisecond
 	caughtUpAfter = 50 * time.Millisecond
-	headroom    = 1.25 // demand over the rate sent, for a rising arrival rate
+	headroom      = 1.25 // demand over the rate sent, for a rising arrival rate
 )
 
 // demand estimates what a worker asks of its pool (Capacity.SetDemand).
