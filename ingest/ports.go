@@ -29,6 +29,14 @@ type Lagger interface {
 	Lag() int64
 }
 
+// Owner is implemented by sources whose records can be taken away, such as
+// a consumer group that rebalanced. The pipeline sends only records the
+// source still owns; the others are dropped unsent (not Done) and are
+// redelivered to their new owner, so a hand-over does not write them twice.
+type Owner interface {
+	Owns(rec Record) bool
+}
+
 // DeadLetters takes records that can never be written (invalid, too large, or
 // refused by the sink with a permanent error), with the reason.
 type DeadLetters interface {

@@ -83,6 +83,8 @@ type Worker struct {
 	retries retryHeap // records waiting out a backoff
 
 	writeErrLog, fetchErrLog logLimiter
+	owner                    Owner // the source, when it can lose records
+	dropped                  int64 // records dropped because the source lost them
 }
 
 // item is a record in flight.
@@ -137,6 +139,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelWrites()
 
 	w.demand.leaseAhead = w.cfg.LeaseAhead
+	w.owner, _ = w.p.Source.(Owner)
 	if l, ok := w.p.Source.(Lagger); ok {
 		w.demand.lag = l.Lag
 	}
@@ -279,6 +282,11 @@ func (w *Worker) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup) 
 			}
 			if head == nil {
 				break
+			}
+			if w.owner != nil && !w.owner.Owns(head.rec) {
+				w.drop(head)
+				head = nil
+				continue
 			}
 			if head.invalid != "" {
 				it := head
@@ -508,6 +516,16 @@ func (w *Worker) deadLetter(ctx context.Context, it *item, reason string) {
 	w.log.Warn("record dead-lettered", "record_id", it.rec.ID, "source", it.rec.Pos.String(), "reason", reason)
 	w.c.deadLettered.Add(1)
 	w.finish(it, time.Now())
+}
+
+// drop lets go of a record the source no longer owns: it is not sent and
+// not Done, so its new owner gets it.
+func (w *Worker) drop(it *item) {
+	w.dropped++
+	if w.dropped == 1 || w.dropped%1000 == 0 {
+		w.log.Info("records of a reassigned partition dropped unsent", "source", it.rec.Pos.String(), "dropped", w.dropped)
+	}
+	<-w.slots
 }
 
 func (w *Worker) finish(it *item, now time.Time) {

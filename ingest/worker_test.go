@@ -293,3 +293,34 @@ func TestWorkerRetriesAnUnreachableSinkWithoutDeadLettering(t *testing.T) {
 	require.Len(t, r.sink.stored, 20)
 	require.Empty(t, r.dlq.reasons)
 }
+
+// owningSource disowns records of odd offsets, as if their partition had
+// been reassigned.
+type owningSource struct{ *fakeSource }
+
+func (s owningSource) Owns(r ingest.Record) bool { return r.Pos.Offset%2 == 0 }
+
+func TestWorkerDropsRecordsItNoLongerOwns(t *testing.T) {
+	t.Parallel()
+	src := owningSource{newFakeSource(records(40)...)}
+	sink := &fakeSink{stored: map[string]int{}, attempts: map[string]int{}}
+	w, err := ingest.NewWorker(ingest.WorkerConfig{IDField: "id"}, ingest.Ports{
+		Source: src, DeadLetters: &fakeDLQ{reasons: map[string]string{}}, Sink: sink,
+		Retry: fixedRetry{attempts: 3}, Pacer: &fakePacer{budget: 7}, Capacity: &fakeCapacity{},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	require.Eventually(t, func() bool { return src.doneCount() == 20 }, 10*time.Second, time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	require.Len(t, sink.stored, 20, "only owned records are written")
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	for off := range src.done {
+		require.Zero(t, off%2, "a disowned record was marked done")
+	}
+}
