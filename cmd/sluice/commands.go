@@ -31,7 +31,10 @@ func workerCommand() *cli.Command {
 			"pool's partitions while it has a backlog, and writes at exactly the leased rate.\n" +
 			"On SIGTERM it stops fetching, lets in-flight writes finish within --grace, commits\n" +
 			"what the sink acknowledged, releases its leases and exits 0.",
-		Flags:        concat(connectionFlags(), poolFlags(), pipelineFlags(), logFlags(), []cli.Flag{stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)")}),
+		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), logFlags(), []cli.Flag{
+			stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)"),
+			topicPartitionsFlag(),
+		}),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
 			s, err := readSettings(c)
@@ -52,8 +55,10 @@ func workerCommand() *cli.Command {
 				return err
 			}
 			defer dlq.Close()
-			if err := queue.EnsureTopic(c.Context, s.brokers, s.topic+".dlq", 1); err != nil {
-				return err
+			for topic, parts := range map[string]int{s.topic: c.Int("topic-partitions"), s.topic + ".dlq": 1} {
+				if err := queue.EnsureTopic(c.Context, s.brokers, topic, parts); err != nil {
+					return err
+				}
 			}
 			stack, _, err := workerStack(s, clients, shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters)}, c.String("worker-id"), nil)
 			if err != nil {
@@ -79,7 +84,7 @@ func bulkLoadCommand() *cli.Command {
 			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods); 0: only produce, and wait for worker pods of the group to drain"),
 			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what is not given (nothing to install)"),
 			stringFlag("format", "", "input format: csv or ndjson (default: from the extension)"),
-			intFlag("topic-partitions", 6, "partitions of the topic when sluice creates it"),
+			topicPartitionsFlag(),
 			stringFlag("summary-json", "", "write the summary as JSON to this `FILE`"),
 		}, simFlags("sim-"), logFlags()),
 		OnUsageError: onUsageError,
@@ -198,7 +203,7 @@ func produceCommand() *cli.Command {
 		Name:         "produce",
 		Usage:        "produce a CSV or NDJSON file's records to a topic (no draining)",
 		ArgsUsage:    "FILE",
-		Flags:        concat(inCategory(catConnect, stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`")), []cli.Flag{stringFlag("topic", "records", "Kafka `topic`"), stringFlag("id-field", "", "JSON field or CSV column holding the record ID"), stringFlag("format", "", "csv or ndjson (default: from the extension)"), intFlag("topic-partitions", 6, "partitions of the topic when sluice creates it")}, logFlags()),
+		Flags:        concat(inCategory(catConnect, stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`")), []cli.Flag{stringFlag("topic", "records", "Kafka `topic`"), stringFlag("id-field", "", "JSON field or CSV column holding the record ID"), stringFlag("format", "", "csv or ndjson (default: from the extension)"), topicPartitionsFlag()}, logFlags()),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {

@@ -149,3 +149,7 @@ func splitList(s string) []string {
 	}
 	return out
 }
+
+func topicPartitionsFlag() cli.Flag {
+	return intFlag("topic-partitions", 6, "partitions of the topic when sluice creates it (an existing topic is left as it is)")
+}
