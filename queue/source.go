@@ -146,11 +146,13 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		Logger:            kafkaLogger(log, slog.LevelDebug),
 		ErrorLogger:       kafkaLogger(log, slog.LevelWarn),
 	}
+	tracker := newCommitTracker()
+	rc.GroupBalancers = []kafka.GroupBalancer{StickyGroupBalancer{Owned: tracker.join}, kafka.RangeGroupBalancer{}}
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return &Source{
-		cfg: cfg, log: log, reader: kafka.NewReader(rc), tracker: newCommitTracker(), clientID: clientID,
+		cfg: cfg, log: log, reader: kafka.NewReader(rc), tracker: tracker, clientID: clientID,
 		admin: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: &kafka.Transport{ClientID: clientID}},
 	}, nil
 }
@@ -158,22 +160,32 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 // Fetch returns the next record, with Pos, Key and Value set and ID set
 // from the "sluice-id" header when present (else empty). It blocks until a
 // record is available or ctx is done, and then returns ctx's error. After
-// the source is closed it returns an error wrapping io.EOF.
+// the source is closed it returns an error wrapping io.EOF. Records that
+// the group's re-seek after a rebalance fetches again are skipped when they
+// are Done or still held (not released by Owns), so a partition this
+// member keeps never hands a record out twice.
 func (s *Source) Fetch(ctx context.Context) (ingest.Record, error) {
-	m, err := s.reader.FetchMessage(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ingest.Record{}, context.Cause(ctx)
+	for {
+		m, err := s.reader.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ingest.Record{}, context.Cause(ctx)
+			}
+			return ingest.Record{}, fmt.Errorf("fetch from topic %q: %w", s.cfg.Topic, err)
 		}
-		return ingest.Record{}, fmt.Errorf("fetch from topic %q: %w", s.cfg.Topic, err)
+		s.noticeRebalance()
+		rec := recordOf(m)
+		deliver, reset := s.tracker.fetched(rec.Pos)
+		if reset {
+			s.log.Info("partition fetched from a new offset, its records in flight will not be committed",
+				"partition", rec.Pos.Partition, "offset", rec.Pos.Offset)
+		}
+		if deliver {
+			return rec, nil
+		}
+		// A re-fetch (the re-seek of a new generation) of a record already
+		// Done or still held: handing it out again would send it twice.
 	}
-	s.noticeRebalance()
-	rec := recordOf(m)
-	if s.tracker.fetched(rec.Pos) {
-		s.log.Info("partition fetched again from an earlier offset, in-flight records will be redelivered",
-			"partition", rec.Pos.Partition, "offset", rec.Pos.Offset)
-	}
-	return rec, nil
 }
 
 // recordOf converts a fetched message.
@@ -201,7 +213,23 @@ func (s *Source) Done(rec ingest.Record) {
 	}
 }
 
-// InFlight returns the number of fetched records not yet Done.
+// Owns reports whether rec is a record of this member's current assignment
+// that may be sent: fetched by this source, not Done, and its partition
+// fetched (or confirmed by the group) since the member last started
+// joining the group. It is false from the moment a rebalance starts (the
+// member's join) until the new generation fetches or confirms the record's
+// partition, and for records of partitions the rebalance revoked.
+//
+// A record for which Owns is false is released: the caller must drop it
+// unsent and not call Done for it. It is fetched again — kafka-go re-seeks
+// every partition to the group's committed offset in each generation — by
+// this member when it keeps the partition, else by the partition's new
+// owner, so dropping it loses nothing and avoids sending it twice. Cheap
+// (a lock and a binary search); safe for concurrent use.
+func (s *Source) Owns(rec ingest.Record) bool { return s.tracker.owns(rec.Pos) }
+
+// InFlight returns the number of fetched records held by the pipeline: not
+// Done and not released by Owns.
 func (s *Source) InFlight() int { return s.tracker.inFlight() }
 
 // Run commits, every CommitInterval, each partition's offset that advanced.
@@ -227,7 +255,7 @@ func (s *Source) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CommitTimeout)
-		err := errors.Join(s.resumeAssigned(cctx), s.commit(cctx))
+		err := errors.Join(s.confirmAssignment(cctx), s.commit(cctx))
 		cancel()
 		if err != nil && ctx.Err() == nil && errLog.allow() {
 			s.log.Warn("commit failed, retrying at the next interval", "err", err, "in_flight", s.tracker.inFlight())
@@ -235,36 +263,35 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 }
 
-// noticeRebalance suspends every partition's commits when the reader
-// started a new group generation since the last call: partitions may have
-// been revoked, and those kept are fetched again. kafka-go counts a
-// generation before it starts fetching in it, and Fetch calls this before
-// tracking each message, so every message of a new generation is tracked
-// after the suspension and lifts it for its partition. (The first join
-// counts too; suspending an empty tracker is harmless.)
+// noticeRebalance tells the tracker when the reader started fetching from
+// a new group generation (or, as kafka-go counts it, re-connected to a
+// partition's new leader, which changes nothing). kafka-go counts a
+// generation before it fetches in it, and Fetch calls this before tracking
+// each message, so every message of a new generation is tracked as such.
 func (s *Source) noticeRebalance() {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
 	if s.reader.Stats().Rebalances > 0 {
-		s.tracker.suspendAll()
-		s.log.Debug("group generation started, commits wait for each partition's next fetch")
+		s.tracker.begin()
+		s.log.Debug("group generation started")
 	}
 }
 
-// resumeAssigned lifts the suspension of the partitions the group says are
-// this member's, when some are suspended: a generation change that kept a
-// partition with nothing more to fetch, or a leader change (kafka-go counts
-// it as a rebalance too), would otherwise hold its commits back forever.
-func (s *Source) resumeAssigned(ctx context.Context) error {
-	seq, any := s.tracker.suspension()
-	if !any {
+// confirmAssignment asks the group for this member's assignment once per
+// generation, when the reader fetches from it: assigned partitions become
+// current even when nothing more is fetched from them (so their Done
+// records are committed and the next join claims them), and the state of
+// the others, revoked, is dropped.
+func (s *Source) confirmAssignment(ctx context.Context) error {
+	s.noticeRebalance()
+	gen, unconfirmed := s.tracker.generation()
+	if !unconfirmed {
 		return nil
 	}
 	res, err := s.admin.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{s.cfg.Group}})
 	if err != nil {
 		return fmt.Errorf("describe group %q: %w", s.cfg.Group, err)
 	}
-	s.noticeRebalance() // a generation change during the call supersedes its answer
 	for _, g := range res.Groups {
 		if g.Error != nil {
 			return fmt.Errorf("describe group %q: %w", s.cfg.Group, g.Error)
@@ -276,11 +303,11 @@ func (s *Source) resumeAssigned(ctx context.Context) error {
 			if m.ClientID != s.clientID {
 				continue
 			}
+			assigned := map[string][]int{}
 			for _, t := range m.MemberAssignments.Topics {
-				if t.Topic == s.cfg.Topic {
-					s.tracker.resume(seq, t.Topic, t.Partitions)
-				}
+				assigned[t.Topic] = append(assigned[t.Topic], t.Partitions...)
 			}
+			s.tracker.confirm(gen, assigned) // ignored if a join started meanwhile
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,9 +210,10 @@ func TestCloseBoundedTimesOut(t *testing.T) {
 	require.NoError(t, closeBounded(func() error { return nil }, time.Second, "thing"))
 }
 
-// consume fetches from s and marks every record Done until ctx is done,
-// signalling the first record on first.
-func consume(ctx context.Context, s *Source, first chan<- struct{}) error {
+// consume fetches from s and, as the pipeline does, sends (records in
+// sent, by position, unless nil) and marks Done every record s still owns, until
+// ctx is done, signalling the first record on first.
+func consume(ctx context.Context, s *Source, first chan<- struct{}, sent *sync.Map) error {
 	signalled := false
 	for {
 		rec, err := s.Fetch(ctx)
@@ -225,14 +227,25 @@ func consume(ctx context.Context, s *Source, first chan<- struct{}) error {
 			close(first)
 			signalled = true
 		}
+		if !s.Owns(rec) {
+			continue
+		}
+		if sent != nil {
+			if _, dup := sent.LoadOrStore(rec.Pos, true); dup {
+				return fmt.Errorf("record %s (%s) sent twice by one member", rec.ID, rec.Pos)
+			}
+		}
 		s.Done(rec)
 	}
 }
 
-// A second member joins while the first holds un-Done records: partitions
-// move, records are redelivered from the committed offsets, and the first
-// member's late Done for partitions it lost never rewinds the offsets the
-// new owner committed.
+// A second member joins while the first holds un-Done records. The first
+// member keeps half of its partitions (sticky balancer) and the records it
+// holds of them stay its own (Owns; the re-seek does not hand them out
+// again); those of the partitions it lost are not its own any more, and the
+// second member gets them from the committed offsets. The first member's
+// late Done for partitions it lost never rewinds the offsets the new owner
+// committed.
 func TestSourceRebalance(t *testing.T) {
 	t.Parallel()
 	const n, partitions = 200, 4
@@ -260,19 +273,27 @@ func TestSourceRebalance(t *testing.T) {
 	defer cancel()
 	errs := make(chan error, 2)
 	firstA, firstB := make(chan struct{}), make(chan struct{})
-	go func() { errs <- consume(ctx, a, firstA) }()
+	var sentA, sentB sync.Map // ingest.Position → true: what each member sent
+	go func() { errs <- consume(ctx, a, firstA, &sentA) }()
 	b := newTestSource(t, topic, group)
 	stopB := runSource(t, b)
-	go func() { errs <- consume(ctx, b, firstB) }()
+	go func() { errs <- consume(ctx, b, firstB, &sentB) }()
 	select {
 	case <-firstB: // the group rebalanced and b owns partitions
 	case <-ctx.Done():
 		t.Fatal("the second member never got a record")
 	}
+	for _, r := range held { // what a's pipeline does with what it holds
+		if a.Owns(r) {
+			sentA.Store(r.Pos, true)
+			a.Done(r)
+		}
+	}
 	produceN(t, topic, n) // b commits past what a fetched
 	end, err := EndOffsets(testContext(t), testBrokers, topic)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return maps.Equal(committed(t, group, topic), end) }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return maps.Equal(committed(t, group, topic), end) }, 30*time.Second, 20*time.Millisecond,
+		"end %v, committed %v", end, committed(t, group, topic))
 
 	for _, r := range held { // late, for partitions a may have lost
 		a.Done(r)
@@ -283,19 +304,31 @@ func TestSourceRebalance(t *testing.T) {
 	require.NoError(t, stopA())
 	require.NoError(t, stopB())
 	require.Equal(t, end, committed(t, group, topic), "no rewind")
+	var dups []any
+	sentB.Range(func(pos, _ any) bool {
+		if _, ok := sentA.Load(pos); ok {
+			dups = append(dups, pos)
+		}
+		return true
+	})
+	require.Empty(t, dups, "records sent by both members")
 }
 
-// A suspension that no fetch lifts (kafka-go counts a partition leader
-// change as a rebalance; or a kept partition has nothing more to fetch) is
-// lifted for the partitions the group says are this member's.
-func TestSourceResumesAssignedPartitions(t *testing.T) {
+// A new generation that keeps partitions with nothing more to fetch: the
+// group's answer (DescribeGroups) makes them current, so their Done
+// records are committed.
+func TestSourceConfirmsAssignedPartitions(t *testing.T) {
 	t.Parallel()
 	topic, group := newTopic(t, 2), "g-"+t.Name()
 	produceN(t, topic, 10)
 	src := newTestSource(t, topic, group)
 	stop := runSource(t, src)
 	recs := fetchN(t, src, 10)
-	src.tracker.suspendAll() // as if the reader had counted a rebalance
+	src.tracker.join() // as if the member had rejoined and kept both
+	src.tracker.begin()
+	for _, r := range recs {
+		require.False(t, src.Owns(r), "fetched in the previous generation")
+	}
 	for _, r := range recs {
 		src.Done(r)
 	}

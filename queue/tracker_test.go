@@ -16,9 +16,9 @@ func pos(partition int, offset int64) ingest.Position {
 	return ingest.Position{Topic: "t", Partition: partition, Offset: offset}
 }
 
-// step is one tracker operation: fetch, done or suspend, on partition 0.
+// step is one tracker operation on partition 0.
 type step struct {
-	op     byte // 'f' fetch, 'd' done, 's' suspend all, 'c' commit what is committable
+	op     byte // 'f' fetch, 'd' done, 'j' join (a rebalance starts), 'b' the reader fetches from the joined generation, 'c' commit what is committable
 	offset int64
 }
 
@@ -33,8 +33,10 @@ func ops(op byte, o []int64) []step {
 }
 
 var (
-	suspend = []step{{op: 's'}}
-	commit  = []step{{op: 'c'}}
+	join   = []step{{op: 'j'}}
+	begin  = []step{{op: 'b'}}
+	newGen = []step{{op: 'j'}, {op: 'b'}}
+	commit = []step{{op: 'c'}}
 )
 
 func seq(parts ...[]step) []step {
@@ -68,16 +70,19 @@ func TestCommitTrackerTable(t *testing.T) {
 		{"done for an offset never fetched (a gap)", seq(f(0, 5), d(3)), none},
 		{"done for an offset beyond the fetched ones", seq(f(0, 1), d(7)), none},
 		{"done for an offset below the window", seq(f(5, 6), d(5, 4)), 6},
-		{"re-seek to a lower offset resets the state", seq(f(0, 1, 2, 3), d(0, 1), f(2), d(3)), none},
-		{"re-seek then progress", seq(f(0, 1, 2, 3), d(0), f(1, 2), d(1)), 2},
-		{"re-fetch of the same offset resets", seq(f(0, 1), d(1), f(1)), none},
-		{"stale done after re-seek marks the refetched offset (it was delivered)", seq(f(0, 1, 2), f(0, 1), d(0)), 1},
-		{"suspended partitions are not committed", seq(f(0, 1), d(0, 1), suspend), none},
-		{"suspended then fetched again from the committed offset", seq(f(0, 1, 2), d(0), commit, suspend, f(1, 2), d(1, 2)), 3},
-		{"suspended then fetched on: in-flight state kept", seq(f(0, 1, 2), d(1, 2), suspend, f(3), d(0)), 3},
-		{"suspended then fetched above: waits for the records in flight", seq(f(0, 1, 2), suspend, f(10), d(10)), none},
-		{"suspended then fetched above, in flight done", seq(f(0, 1, 2), suspend, f(10), d(10, 2, 1, 0)), 11},
-		{"suspension noticed after the re-seek", seq(f(0, 1, 2, 3), d(0), f(1, 2, 3), d(1, 2, 3), suspend, f(4)), 4},
+		{"re-fetch within the window keeps the state", seq(f(0, 1, 2, 3), d(0, 1), f(2), d(3)), 2},
+		{"re-fetch then progress", seq(f(0, 1, 2, 3), d(0), f(1, 2), d(1)), 2},
+		{"re-fetch of the same offset keeps its done neighbours", seq(f(0, 1), d(1), f(1), d(0)), 2},
+		{"re-fetch below the first offset starts afresh", seq(f(5, 6), d(5, 6), f(3)), none},
+		{"re-fetch below the first offset, then done", seq(f(5, 6), d(5, 6), f(3), d(3)), 4},
+		{"an offset unknown in the window is in flight", seq(f(0, 5), d(5), f(3), d(0)), 3},
+		{"rebalance under way: nothing committed", seq(f(0, 1), d(0, 1), join), none},
+		{"joined, reader not yet in the new generation", seq(f(0, 1), d(0), join, f(2), d(1, 2)), none},
+		{"new generation, not fetched yet: not committed", seq(f(0, 1), d(0, 1), newGen), none},
+		{"new generation re-seeks to the committed offset: kept", seq(f(0, 1, 2), d(0), commit, newGen, f(1), d(1, 2)), 3},
+		{"new generation, fetched on above the last: group committed past, afresh", seq(f(0, 1, 2), d(1, 2), newGen, f(3), d(0)), none},
+		{"new generation, afresh, then done", seq(f(0, 1, 2), newGen, f(10), d(10)), 11},
+		{"leader change (begin without a join) keeps the state", seq(f(0, 1, 2), d(1, 2), begin, f(3), d(0)), 3},
 		{"already committed is not offered again", seq(f(0, 1), d(0, 1), commit), none},
 		{"committed then more done", seq(f(0, 1, 2), d(0), commit, d(1)), 2},
 	} {
@@ -90,8 +95,10 @@ func TestCommitTrackerTable(t *testing.T) {
 					tr.fetched(pos(0, s.offset))
 				case 'd':
 					tr.done(pos(0, s.offset))
-				case 's':
-					tr.suspendAll()
+				case 'j':
+					tr.join()
+				case 'b':
+					tr.begin()
 				case 'c':
 					for _, c := range tr.committable() {
 						tr.committed(c)
@@ -112,81 +119,116 @@ func TestCommitTrackerTable(t *testing.T) {
 func TestCommitTrackerReports(t *testing.T) {
 	t.Parallel()
 	tr := newCommitTracker()
-	require.False(t, tr.fetched(pos(0, 0)), "first fetch is not a reset")
-	require.False(t, tr.fetched(pos(0, 1)))
-	require.True(t, tr.done(pos(0, 1)))
-	require.False(t, tr.done(pos(0, 1)), "duplicate")
+	fetch := func(p ingest.Position) [2]bool {
+		deliver, reset := tr.fetched(p)
+		return [2]bool{deliver, reset}
+	}
+	require.Equal(t, [2]bool{true, false}, fetch(pos(0, 5)), "first fetch")
+	require.Equal(t, [2]bool{true, false}, fetch(pos(0, 6)))
+	require.True(t, tr.done(pos(0, 6)))
+	require.False(t, tr.done(pos(0, 6)), "duplicate")
 	require.False(t, tr.done(pos(1, 0)), "unknown partition")
 	require.False(t, tr.done(ingest.Position{Topic: "other", Offset: 0}), "unknown topic")
 	require.Equal(t, 1, tr.inFlight())
-	require.True(t, tr.fetched(pos(0, 0)), "re-seek is a reset")
+	require.Equal(t, [2]bool{false, false}, fetch(pos(0, 6)), "re-fetch of a Done record: skipped")
+	require.Equal(t, [2]bool{false, false}, fetch(pos(0, 5)), "re-fetch of a held record: skipped")
+	require.Equal(t, [2]bool{true, true}, fetch(pos(0, 4)), "below the window: afresh")
 	require.Equal(t, 1, tr.inFlight())
 }
 
-func TestCommitTrackerPartitionsAreIndependent(t *testing.T) {
+// Ownership across a rebalance: records of the old generation are
+// released (dropped unsent, not Done) and handed out again by the re-seek;
+// records Done or still held are not; a revoked partition is forgotten.
+func TestCommitTrackerOwnership(t *testing.T) {
 	t.Parallel()
 	tr := newCommitTracker()
-	for o := range int64(3) {
-		tr.fetched(pos(0, o))
-		tr.fetched(pos(1, 100+o))
-		tr.fetched(ingest.Position{Topic: "u", Partition: 0, Offset: o})
-	}
-	tr.done(pos(0, 0))
-	tr.done(pos(1, 101))
-	tr.done(pos(1, 100))
-	tr.done(ingest.Position{Topic: "u", Partition: 0, Offset: 2})
-	got := tr.committable()
-	require.Len(t, got, 2)
-	require.Equal(t, []offsetCommit{{"t", 0, 1, got[0].epoch}, {"t", 1, 102, got[1].epoch}}, got)
-}
-
-func TestCommitTrackerResume(t *testing.T) {
-	t.Parallel()
-	tr := newCommitTracker()
-	for o := range int64(3) {
+	claims := tr.join()
+	require.Empty(t, claims, "a new member owns nothing")
+	tr.begin()
+	for o := range int64(4) {
 		tr.fetched(pos(0, o))
 		tr.fetched(pos(1, o))
-		tr.done(pos(0, o))
-		tr.done(pos(1, o))
 	}
-	seq, any := tr.suspension()
-	require.False(t, any)
-	tr.suspendAll()
-	seq, any = tr.suspension()
-	require.True(t, any)
-	require.Empty(t, tr.committable())
+	require.True(t, tr.owns(pos(0, 0)))
+	require.False(t, tr.owns(pos(0, 9)), "never fetched")
+	tr.done(pos(0, 0))
+	require.False(t, tr.owns(pos(0, 0)), "Done")
+	tr.done(pos(0, 1)) // sent and acknowledged before the rebalance
+	require.True(t, tr.owns(pos(0, 2)), "sent before the rebalance, acknowledged after")
 
-	tr.resume(seq-1, "t", []int{0, 1}) // decided before the latest suspension
+	// A rebalance starts: the member claims what it fetched.
+	require.Equal(t, map[string][]int{"t": {0, 1}}, tr.join())
+	require.False(t, tr.owns(pos(0, 3)), "released")
+	require.False(t, tr.owns(pos(1, 0)), "released")
+	require.False(t, tr.owns(pos(0, 3)), "released once")
 	require.Empty(t, tr.committable())
-	tr.resume(seq, "other", []int{0, 1})
-	require.Empty(t, tr.committable())
-	tr.resume(seq, "t", []int{1, 7}) // partition 0 was revoked, 7 never fetched
+	require.Equal(t, 4, tr.inFlight(), "held: offset 2 of p0, 1..3 of p1")
+	tr.done(pos(0, 2))
+
+	// The new generation keeps partition 0 and re-seeks it to the
+	// committed offset 0: only the released record comes out again.
+	tr.begin()
+	for o, want := range []bool{false, false, false, true} {
+		deliver, reset := tr.fetched(pos(0, int64(o)))
+		require.False(t, reset)
+		require.Equal(t, want, deliver, "offset %d", o)
+	}
+	require.True(t, tr.owns(pos(0, 3)))
+	require.False(t, tr.owns(pos(1, 1)), "partition 1 not current")
+	gen, unconfirmed := tr.generation()
+	require.True(t, unconfirmed)
+	tr.confirm(gen-1, map[string][]int{"t": {0, 1}}) // an older answer
+	tr.confirm(gen, map[string][]int{"t": {0}})      // partition 1 was revoked
+	_, unconfirmed = tr.generation()
+	require.False(t, unconfirmed)
+	require.False(t, tr.done(pos(1, 1)), "a revoked partition's late Done is ignored")
+	tr.done(pos(0, 3))
 	got := tr.committable()
 	require.Len(t, got, 1)
-	require.Equal(t, 1, got[0].partition)
-	require.Equal(t, int64(3), got[0].offset)
-	_, any = tr.suspension()
-	require.True(t, any, "partition 0 stays suspended")
+	require.Equal(t, int64(4), got[0].offset)
+	require.Equal(t, map[string][]int{"t": {0}}, tr.join(), "claims the confirmed assignment")
+}
+
+// A partition confirmed by the group but never fetched is claimed at the
+// next join (an idle partition stays put), and a confirm before the reader
+// fetches from the generation is ignored.
+func TestCommitTrackerClaimsConfirmedIdlePartitions(t *testing.T) {
+	t.Parallel()
+	tr := newCommitTracker()
+	tr.join()
+	gen, unconfirmed := tr.generation()
+	require.False(t, unconfirmed, "the reader is not in the generation yet")
+	tr.confirm(gen, map[string][]int{"t": {3}})
+	tr.begin()
+	_, unconfirmed = tr.generation()
+	require.True(t, unconfirmed)
+	tr.confirm(gen, map[string][]int{"t": {3, 4}})
+	require.Equal(t, map[string][]int{"t": {3, 4}}, tr.join())
+	require.Equal(t, map[string][]int{"t": {3, 4}}, tr.join(), "a retried join claims the same")
+	tr.begin()
+	gen, _ = tr.generation()
+	tr.confirm(gen, nil)
+	require.Empty(t, tr.join(), "confirmed: nothing assigned")
 }
 
 // A commit computed before a reset must not move the new state's marker.
 func TestCommitTrackerStaleCommitIgnored(t *testing.T) {
 	t.Parallel()
 	tr := newCommitTracker()
-	tr.fetched(pos(0, 0))
-	tr.fetched(pos(0, 1))
-	tr.done(pos(0, 0))
-	tr.done(pos(0, 1))
+	tr.fetched(pos(0, 5))
+	tr.fetched(pos(0, 6))
+	tr.done(pos(0, 5))
+	tr.done(pos(0, 6))
 	stale := tr.committable()
 	require.Len(t, stale, 1)
-	tr.fetched(pos(0, 0)) // re-seek while the commit was on its way
+	tr.fetched(pos(0, 3)) // re-seek below the state while the commit was on its way
 	tr.committed(stale[0])
-	tr.fetched(pos(0, 1))
-	tr.fetched(pos(0, 2))
-	tr.done(pos(0, 0))
+	tr.fetched(pos(0, 4))
+	tr.fetched(pos(0, 5))
+	tr.done(pos(0, 3))
 	got := tr.committable()
 	require.Len(t, got, 1)
-	require.Equal(t, int64(1), got[0].offset)
+	require.Equal(t, int64(4), got[0].offset)
 }
 
 // Memory is O(in flight): a long run of fetch/done keeps no per-record state.
