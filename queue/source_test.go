@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
@@ -336,4 +338,158 @@ func TestSourceConfirmsAssignedPartitions(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return maps.Equal(committed(t, group, topic), end) }, 30*time.Second, 20*time.Millisecond)
 	require.NoError(t, stop())
+}
+
+// groupAssignments returns, when group is stable, each member's partitions
+// of topic by client ID.
+func groupAssignments(t *testing.T, group, topic string) (map[string][]int, bool) {
+	t.Helper()
+	c := &kafka.Client{Addr: kafka.TCP(testBrokers...), Transport: &kafka.Transport{}}
+	defer c.Transport.(*kafka.Transport).CloseIdleConnections()
+	res, err := c.DescribeGroups(testContext(t), &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+	require.NoError(t, err)
+	out := map[string][]int{}
+	for _, g := range res.Groups {
+		require.NoError(t, g.Error)
+		if g.GroupState != "Stable" {
+			return nil, false
+		}
+		for _, m := range g.Members {
+			for _, tp := range m.MemberAssignments.Topics {
+				if tp.Topic == topic {
+					out[m.ClientID] = append(out[m.ClientID], tp.Partitions...)
+				}
+			}
+			slices.Sort(out[m.ClientID])
+		}
+	}
+	return out, true
+}
+
+// awaitAssignments waits until group is stable with members members that
+// each have a share (⌊P/M⌋ or ⌈P/M⌉) of topic's partitions.
+func awaitAssignments(t *testing.T, group, topic string, members, partitions int) map[string][]int {
+	t.Helper()
+	var got map[string][]int
+	require.Eventually(t, func() bool {
+		asg, stable := groupAssignments(t, group, topic)
+		if !stable || len(asg) != members {
+			return false
+		}
+		for _, parts := range asg {
+			if len(parts) < partitions/members || len(parts) > (partitions+members-1)/members {
+				return false
+			}
+		}
+		got = asg
+		return true
+	}, 45*time.Second, 50*time.Millisecond, "group %s never had %d balanced members", group, members)
+	return got
+}
+
+// Three members share a 6-partition topic; the third stops cleanly with
+// records still in flight (Done on all but the last few it fetched of each
+// partition). Its final commit leaves nothing acknowledged uncommitted: its
+// partitions' committed offsets are exactly its first records not Done.
+// With the sticky balancer the two survivors keep their partitions and
+// split the leaver's, and no record is sent twice: none Done by the leaver
+// is fetched again, none of a survivor's is either.
+func TestSourceMemberLeavesCleanly(t *testing.T) {
+	t.Parallel()
+	const partitions, n, held = 6, 600, 3
+	topic, group := newTopic(t, partitions), "g-"+t.Name()
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+
+	a, b := newTestSource(t, topic, group), newTestSource(t, topic, group)
+	c, err := NewSource(SourceConfig{ // commits only when it stops
+		Brokers: testBrokers, Topic: topic, Group: group, Logger: testLogger(), CommitInterval: time.Hour,
+	})
+	require.NoError(t, err)
+	stopA, stopB, stopC := runSource(t, a), runSource(t, b), runSource(t, c)
+	fetchingC := make(chan ingest.Record, n)
+	go func() { // keep c in the group: its reader joins as Fetch is called
+		for {
+			rec, err := c.Fetch(ctx)
+			if err != nil {
+				close(fetchingC)
+				return
+			}
+			fetchingC <- rec
+		}
+	}()
+	errs := make(chan error, 2)
+	var sentA, sentB sync.Map
+	go func() { errs <- consume(ctx, a, make(chan struct{}), &sentA) }()
+	go func() { errs <- consume(ctx, b, make(chan struct{}), &sentB) }()
+	before := awaitAssignments(t, group, topic, 3, partitions)
+	produceN(t, topic, n)
+
+	// c fetches 60 records, then Done on all but the last few of each
+	// partition: those are in flight when it stops.
+	var fetchedC []ingest.Record
+	for len(fetchedC) < 60 {
+		select {
+		case rec := <-fetchingC:
+			require.True(t, c.Owns(rec))
+			fetchedC = append(fetchedC, rec)
+		case <-ctx.Done():
+			t.Fatal("c fetched too little")
+		}
+	}
+	sentC := map[ingest.Position]bool{}
+	firstHeld := map[int]int64{}
+	for p, rs := range byPartition(fetchedC) {
+		require.Contains(t, before[c.clientID], p)
+		require.Greater(t, len(rs), held, "partition %d: too few records to hold some back", p)
+		for _, r := range rs[:len(rs)-held] {
+			c.Done(r)
+			sentC[r.Pos] = true
+		}
+		firstHeld[p] = rs[len(rs)-held].Pos.Offset
+	}
+	require.NoError(t, stopC(), "clean stop")
+	got := committed(t, group, topic)
+	for p, off := range firstHeld {
+		require.Equal(t, off, got[p], "c's partition %d: committed up to its first record not Done", p)
+	}
+
+	after := awaitAssignments(t, group, topic, 2, partitions)
+	for _, m := range []*Source{a, b} {
+		require.Subset(t, after[m.clientID], before[m.clientID], "a survivor keeps its partitions")
+		require.Len(t, after[m.clientID], 3)
+	}
+	require.ElementsMatch(t, before[c.clientID], slices.Concat(
+		slices.DeleteFunc(slices.Clone(after[a.clientID]), func(p int) bool { return slices.Contains(before[a.clientID], p) }),
+		slices.DeleteFunc(slices.Clone(after[b.clientID]), func(p int) bool { return slices.Contains(before[b.clientID], p) }),
+	), "c's partitions are split between the survivors")
+
+	end, err := EndOffsets(testContext(t), testBrokers, topic)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return maps.Equal(committed(t, group, topic), end) }, 30*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	require.NoError(t, stopA())
+	require.NoError(t, stopB())
+
+	// Every record sent exactly once, by one member.
+	sent := map[ingest.Position]int{}
+	for pos := range sentC {
+		sent[pos]++
+	}
+	for _, m := range []*sync.Map{&sentA, &sentB} {
+		m.Range(func(pos, _ any) bool {
+			sent[pos.(ingest.Position)]++
+			return true
+		})
+	}
+	var total int64
+	for p, off := range end {
+		total += off
+		for o := range off {
+			require.Equal(t, 1, sent[ingest.Position{Topic: topic, Partition: p, Offset: o}], "partition %d offset %d", p, o)
+		}
+	}
+	require.Len(t, sent, int(total))
 }
