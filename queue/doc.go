@@ -17,21 +17,35 @@
 // back. A crash or a stop loses nothing: at most the records not yet Done
 // are redelivered to the group.
 //
-// Rebalances: a partition fetched again at or below its highest fetched
-// offset has its state reset (kafka-go re-seeks to the committed offset in
-// each new group generation). When the reader starts a new generation, no
-// partition is committed until it is fetched again or the group
-// (DescribeGroups, matched by the member's unique client ID) lists it as
-// still this member's, so a member does not commit a partition it lost:
-// late Done calls for it cannot rewind the new owner's offsets. (One narrow
-// window remains — a message of the old generation still buffered in
-// kafka-go — which can only cause redelivery, never loss.) A commit that
-// fails (rebalance in progress, broker down) is logged and retried at the
-// next interval; Run keeps going.
+// Rebalances: Source joins its group with StickyGroupBalancer
+// ("sluice-sticky", every member must offer it; kafka-go's range balancer
+// is offered second so a group with an older member still forms). Each
+// member announces the partitions it owns — those it fetched, or the group
+// (DescribeGroups, matched by the member's unique client ID) confirmed as
+// its own, in the generation that ends — and the leader keeps them where
+// they are, spreading only the partitions of members that left and the
+// excess above an even share. When a member leaves, the survivors keep
+// every partition and split the leaver's.
+//
+// From the moment a rebalance starts (the member's join), Owns is false
+// for every record already fetched and, until the new generation fetches
+// or confirms its partition, nothing is committed: the pipeline drops
+// those records unsent, and they are fetched again from the committed
+// offset by this member, if it keeps the partition, or by the new owner; a
+// member never commits a partition it lost, so late Done calls cannot
+// rewind the new owner's offsets. A kept partition's re-fetch (kafka-go
+// re-seeks every partition to the committed offset in each generation)
+// skips the records already Done or still held, so nothing is sent twice.
+// (One narrow window remains — a message of the old generation still
+// buffered in kafka-go — which can only cause redelivery, never loss.) A
+// commit that fails (rebalance in progress, broker down) is logged and
+// retried at the next interval; Run keeps going.
 //
 // Shutdown: when Run's ctx is done it commits what was Done (bounded by
 // CloseTimeout, default 5 s) and then closes the reader, leaving the group
-// so peers take its partitions at once, again bounded by CloseTimeout
+// so peers take its partitions at once — a member stopped after its records
+// were Done leaves nothing acknowledged uncommitted — again bounded by
+// CloseTimeout
 // (kafka-go's Reader.Close can hang); a timeout is an error wrapping
 // ErrCloseTimeout.
 //

@@ -80,9 +80,11 @@ type SourceConfig struct {
 // Source consumes a topic in a consumer group with kafka-go's Reader
 // (FetchMessage, never ReadMessage; the reader's own CommitInterval is 0)
 // and commits, per partition, only offsets below which every fetched record
-// is Done. It implements ingest.Source. Fetch and Done may be called
-// before and while Run runs; Run (called once) commits and, on stop, closes
-// the reader.
+// is Done. It implements ingest.Source; a pipeline must also check Owns
+// before sending a record and drop it unsent when it is false. It joins
+// the group with StickyGroupBalancer, then kafka-go's RangeGroupBalancer.
+// Fetch, Owns and Done may be called before and while Run runs; Run
+// (called once) commits and, on stop, closes the reader.
 type Source struct {
 	cfg     SourceConfig
 	log     *slog.Logger
