@@ -97,11 +97,18 @@ type Source struct {
 	clientID string
 	admin    *kafka.Client
 
+	lagMu sync.Mutex
+	lags  map[int]int64 // partition → records beyond the last fetched
+
 	closeOnce sync.Once
 	closeErr  error
 }
 
-var _ ingest.Source = (*Source)(nil)
+var (
+	_ ingest.Source = (*Source)(nil)
+	_ ingest.Owner  = (*Source)(nil)
+	_ ingest.Lagger = (*Source)(nil)
+)
 
 // NewSource validates cfg and creates the consumer. The reader starts
 // joining the group at once; call Run (or Close) so that it is closed.
@@ -176,6 +183,7 @@ func (s *Source) Fetch(ctx context.Context) (ingest.Record, error) {
 			return ingest.Record{}, fmt.Errorf("fetch from topic %q: %w", s.cfg.Topic, err)
 		}
 		s.noticeRebalance()
+		s.noteLag(m)
 		rec := recordOf(m)
 		deliver, reset := s.tracker.fetched(rec.Pos)
 		if reset {
@@ -229,6 +237,35 @@ func (s *Source) Done(rec ingest.Record) {
 // owner, so dropping it loses nothing and avoids sending it twice. Cheap
 // (a lock and a binary search); safe for concurrent use.
 func (s *Source) Owns(rec ingest.Record) bool { return s.tracker.owns(rec.Pos) }
+
+// Lag returns how many records wait in this member's partitions beyond the
+// last one fetched, as of the latest fetch from each (the broker's high
+// watermark minus the next offset); -1 before anything was fetched. It
+// implements ingest.Lagger, so a caught-up worker hands its capacity back
+// at once. Partitions fetched from in an earlier generation count until
+// their last lag was 0 or they are fetched again.
+func (s *Source) Lag() int64 {
+	s.lagMu.Lock()
+	defer s.lagMu.Unlock()
+	if s.lags == nil {
+		return -1
+	}
+	var total int64
+	for _, l := range s.lags {
+		total += l
+	}
+	return total
+}
+
+// noteLag records the lag of m's partition after m.
+func (s *Source) noteLag(m kafka.Message) {
+	s.lagMu.Lock()
+	defer s.lagMu.Unlock()
+	if s.lags == nil {
+		s.lags = make(map[int]int64)
+	}
+	s.lags[m.Partition] = max(m.HighWaterMark-m.Offset-1, 0)
+}
 
 // InFlight returns the number of fetched records held by the pipeline: not
 // Done and not released by Owns.

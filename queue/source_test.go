@@ -493,3 +493,16 @@ func TestSourceMemberLeavesCleanly(t *testing.T) {
 	}
 	require.Len(t, sent, int(total))
 }
+
+func TestSourceLagCountsWhatIsLeftToFetch(t *testing.T) {
+	t.Parallel()
+	topic, group := newTopic(t, 1), "g-"+t.Name()
+	produceN(t, topic, 10)
+	src := newTestSource(t, topic, group)
+	runSource(t, src)
+	require.EqualValues(t, -1, src.Lag(), "unknown before the first fetch")
+	fetchN(t, src, 4)
+	require.EqualValues(t, 6, src.Lag())
+	fetchN(t, src, 6)
+	require.Zero(t, src.Lag(), "caught up")
+}
