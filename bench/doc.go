@@ -1,0 +1,28 @@
+// Package bench is sluice's benchmark harness: the seven scenarios of the
+// design's "How we measure" section, each run against the same sink
+// emulator (sink.Sim, served over HTTP on 127.0.0.1) on the same Kafka data,
+// with the alternatives measured in the same run beside sluice:
+//
+//   - naive: retry-on-error with no client-side limit (the project's retry
+//     policy, which honours Retry-After);
+//   - static: a per-worker golang.org/x/time/rate limiter at capacity ÷ N;
+//   - gcra: a global Redis GCRA limiter (github.com/go-redis/redis_rate/v10),
+//     one call per batch;
+//   - raw: a bare kafka-go FetchMessage + CommitMessages loop (overhead only).
+//
+// sluice itself runs with its real components wired as cmd/sluice wires
+// them: queue.Source, lease.Manager, pacing.Pacer, ingest.Worker and
+// sink.HTTPSink, each worker with its own consumer, Redis client and lease
+// manager, as separate pods would have.
+//
+// Measures (DESIGN.md §6): utilization = ideal time ÷ elapsed time, ideal =
+// total cost ÷ capacity, elapsed = first fetch to last acknowledgement;
+// max_1s_window = most units the sink accepted in any sliding second ÷
+// capacity; amplification = sink record attempts ÷ records; throttles =
+// 429 answers. Figures are printed, never judged: a benchmark fails only on
+// errors, not on slow numbers.
+//
+// Services are embedded by default (kfake for Kafka, miniredis with
+// ClockTTL for Redis); Config.Real points the harness at a real Kafka and
+// Redis instead. The sink is always the in-process emulator.
+package bench

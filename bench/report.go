@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Col is one measured figure of an entry. Name is the field's name in the
+// table and in results.json; Ideal, when set, is the physical limit shown
+// beside it (in the table header and under "ideal" in the JSON).
+type Col struct {
+	Name   string
+	Ideal  string
+	Value  float64
+	Digits int // decimals printed
+}
+
+// Entry is one alternative's figures in one scenario: the median of Reps
+// repetitions.
+type Entry struct {
+	Alternative string
+	Reps        int
+	Cols        []Col
+	// Extra holds figures that are not numbers (series), JSON only.
+	Extra map[string]any
+}
+
+// MarshalJSON writes the entry as one object whose fields are named as in
+// the table, in table order.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(`{"alternative":`)
+	name, _ := json.Marshal(e.Alternative)
+	b.Write(name)
+	fmt.Fprintf(&b, `,"reps":%d`, e.Reps)
+	ideal := map[string]string{}
+	for _, c := range e.Cols {
+		key, _ := json.Marshal(c.Name)
+		v := c.Value
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			fmt.Fprintf(&b, `,%s:null`, key)
+		} else {
+			fmt.Fprintf(&b, `,%s:%s`, key, strconvRound(v, c.Digits))
+		}
+		if c.Ideal != "" {
+			ideal[c.Name] = c.Ideal
+		}
+	}
+	if len(ideal) > 0 {
+		data, _ := json.Marshal(ideal)
+		b.WriteString(`,"ideal":`)
+		b.Write(data)
+	}
+	for _, k := range sortedKeys(e.Extra) {
+		key, _ := json.Marshal(k)
+		data, err := json.Marshal(e.Extra[k])
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, `,%s:%s`, key, data)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+func strconvRound(v float64, digits int) string {
+	return fmt.Sprintf("%.*f", digits, v)
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Scenario is one scenario's result: a table of entries, notes that
+// explain the setup (and any scaling down), and the charts drawn.
+type Scenario struct {
+	ID      string   `json:"id"`
+	Title   string   `json:"title"`
+	Notes   []string `json:"notes,omitempty"`
+	Entries []Entry  `json:"entries"`
+	Charts  []string `json:"charts,omitempty"`
+}
+
+// Report is the content of results.json.
+type Report struct {
+	Machine   Machine    `json:"machine"`
+	GoVersion string     `json:"go_version"`
+	Commit    string     `json:"commit"`
+	Services  string     `json:"services"`
+	Started   string     `json:"started"`
+	DurationS float64    `json:"duration_s"`
+	Scenarios []Scenario `json:"scenarios"`
+}
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	CPU   string `json:"cpu"`
+	Cores int    `json:"cores"`
+	OS    string `json:"os"`
+}
+
+// WriteMarkdown prints the scenario as a markdown section with its table.
+func (s Scenario) WriteMarkdown(w io.Writer) {
+	fmt.Fprintf(w, "### %s. %s\n\n", s.ID, s.Title)
+	var cols []string
+	ideal := map[string]string{}
+	for _, e := range s.Entries {
+		for _, c := range e.Cols {
+			if !slices.Contains(cols, c.Name) {
+				cols = append(cols, c.Name)
+			}
+			if c.Ideal != "" {
+				ideal[c.Name] = c.Ideal
+			}
+		}
+	}
+	head := []string{"alternative", "reps"}
+	for _, c := range cols {
+		h := c
+		if ideal[c] != "" {
+			h += " (ideal " + ideal[c] + ")"
+		}
+		head = append(head, h)
+	}
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
+	for _, e := range s.Entries {
+		row := []string{e.Alternative, fmt.Sprint(e.Reps)}
+		for _, name := range cols {
+			cell := "–"
+			for _, c := range e.Cols {
+				if c.Name == name {
+					cell = strconvRound(c.Value, c.Digits)
+				}
+			}
+			row = append(row, cell)
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	}
+	fmt.Fprintln(w)
+	for _, n := range s.Notes {
+		fmt.Fprintf(w, "- %s\n", n)
+	}
+	for _, c := range s.Charts {
+		fmt.Fprintf(w, "- chart: `%s`\n", c)
+	}
+	fmt.Fprintln(w)
+}
+
+// median combines repetitions of one alternative: each column is the
+// median of its values; Extra comes from the repetition whose first column
+// is the median one.
+func median(reps []Entry) Entry {
+	if len(reps) == 1 {
+		return reps[0]
+	}
+	out := Entry{Alternative: reps[0].Alternative, Reps: len(reps)}
+	for i, c := range reps[0].Cols {
+		vals := make([]float64, 0, len(reps))
+		for _, r := range reps {
+			if i < len(r.Cols) {
+				vals = append(vals, r.Cols[i].Value)
+			}
+		}
+		slices.Sort(vals)
+		m := vals[len(vals)/2]
+		if len(vals)%2 == 0 {
+			m = (vals[len(vals)/2-1] + vals[len(vals)/2]) / 2
+		}
+		c.Value = m
+		out.Cols = append(out.Cols, c)
+	}
+	out.Extra = reps[len(reps)/2].Extra
+	return out
+}
