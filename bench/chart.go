@@ -31,6 +31,24 @@ func (r *runner) addLine(chart, name string, per200ms []int64, capacity float64)
 	r.charts[chart] = append(r.charts[chart], line{name: name, per200ms: per200ms, capacity: capacity})
 }
 
+// addLines keeps lines that share one time axis (the workers of one run);
+// the leading buckets empty in all of them are trimmed to one.
+func (r *runner) addLines(chart string, capacity float64, lines []line) {
+	first := -1
+	for _, l := range lines {
+		if i := slices.IndexFunc(l.per200ms, func(u int64) bool { return u > 0 }); i >= 0 && (first < 0 || i < first) {
+			first = i
+		}
+	}
+	for _, l := range lines {
+		if first > 0 && first <= len(l.per200ms) {
+			l.per200ms = l.per200ms[first-1:]
+		}
+		l.capacity = capacity
+		r.charts[chart] = append(r.charts[chart], l)
+	}
+}
+
 // drawCharts draws the charts of scenario id (files named "s<id>*.png")
 // and returns their paths.
 func (r *runner) drawCharts(id string) []string {

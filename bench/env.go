@@ -33,7 +33,6 @@ type env struct {
 	seq     atomic.Int64
 
 	producerOnce sync.Once
-	producer     *queue.Producer
 	dlq          *queue.DeadLetterWriter
 	producerErr  error
 
@@ -80,8 +79,7 @@ func startEnv(ctx context.Context, cfg Config) (_ *env, err error) {
 }
 
 func (e *env) close() {
-	if e.producer != nil {
-		_ = e.producer.Close()
+	if e.dlq != nil {
 		_ = e.dlq.Close()
 	}
 	for i := len(e.closers) - 1; i >= 0; i-- {
@@ -94,15 +92,12 @@ func (e *env) name(parts ...string) string {
 	return fmt.Sprintf("%s-%s-%d", e.prefix, strings.Join(parts, "-"), e.seq.Add(1))
 }
 
-// producers returns the shared producer and dead-letter writer.
-func (e *env) producers() (*queue.Producer, *queue.DeadLetterWriter, error) {
+// deadLetters returns the shared dead-letter writer.
+func (e *env) deadLetters() (*queue.DeadLetterWriter, error) {
 	e.producerOnce.Do(func() {
-		e.producer, e.producerErr = queue.NewProducer(queue.ProducerConfig{Brokers: e.brokers, RoundRobin: true, Logger: e.log})
-		if e.producerErr == nil {
-			e.dlq, e.producerErr = queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: e.brokers, Logger: e.log})
-		}
+		e.dlq, e.producerErr = queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: e.brokers, Logger: e.log})
 	})
-	return e.producer, e.dlq, e.producerErr
+	return e.dlq, e.producerErr
 }
 
 // produce creates topic with the given Kafka partitions and writes n
@@ -114,10 +109,13 @@ func (e *env) produce(ctx context.Context, topic string, partitions, n int, gen 
 			return err
 		}
 	}
-	p, _, err := e.producers()
+	// A producer of its own: kafka-go's writer caches topic metadata, so a
+	// shared one may not know a topic created a moment ago.
+	p, err := queue.NewProducer(queue.ProducerConfig{Brokers: e.brokers, RoundRobin: true, Logger: e.log})
 	if err != nil {
 		return err
 	}
+	defer p.Close()
 	const chunk = 2000
 	var (
 		wg      sync.WaitGroup

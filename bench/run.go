@@ -52,6 +52,9 @@ type runner struct {
 	env    *env
 	log    *slog.Logger
 	charts map[string][]line // chart file → lines
+
+	scale       []*scaleSetup // scenarios 3 and 4's topics, produced once
+	scaleSluice []Entry       // scenario 3's entries, shown again in 4
 }
 
 // Run runs the scenarios, prints a markdown table per scenario to

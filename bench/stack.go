@@ -75,7 +75,7 @@ func (e *env) newSluiceWorker(ctx context.Context, spec workerSpec, pool lease.P
 		_ = client.Close()
 		return nil, err
 	}
-	_, dlq, err := e.producers()
+	dlq, err := e.deadLetters()
 	if err != nil {
 		_ = client.Close()
 		return nil, err
