@@ -18,8 +18,10 @@ import (
 )
 
 // Case 1: the USGS file bulk-loaded while three worker processes drain it.
+// 24 capacity partitions split evenly among three workers, as the README
+// advises, so that workers with equal backlogs finish together.
 func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
-	e := newEnv(t, 2000, 20, 15*time.Second)
+	e := newEnv(t, 2000, 24, 15*time.Second)
 	for i := range 3 {
 		e.worker(fmt.Sprintf("w%d", i+1))
 	}

@@ -14,7 +14,7 @@ import (
 const (
 	backlogHold   = time.Second
 	dryAfter      = 200 * time.Millisecond
-	caughtUpAfter = 50 * time.Millisecond
+	caughtUpAfter = 100 * time.Millisecond
 	headroom      = 1.25 // demand over the rate sent, for a rising arrival rate
 )
 

@@ -194,6 +194,7 @@ type Manager struct {
 	opTimeout time.Duration
 	wake      chan struct{}
 	started   atomic.Bool
+	announced int // the want of the last step (Run loop only)
 
 	mu     sync.Mutex
 	demand float64       // units/s, from SetDemand
@@ -363,7 +364,15 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 			list = append(list, member{Worker: w, Want: a.Want})
 		}
 		share = waterFill(m.cfg.Pool.Partitions, list)[m.cfg.WorkerID]
+		if m.announced == 0 {
+			// Just woken: idle peers that woke at the same time have not
+			// announced yet, so take no more than an equal split of the
+			// members now, and grow to the fair share at the next step.
+			// Workers that start on one backlog together split it at once.
+			share = min(share, (m.cfg.Pool.Partitions+len(list)-1)/len(list))
+		}
 	}
+	m.announced = me.Want
 
 	holding := len(m.Held())
 	if holding > share {

@@ -190,7 +190,10 @@ func (p *Pacer) openSlice(now time.Time, want int64, deadline time.Time) (budget
 		if !leaves.After(now) {
 			continue
 		}
-		if _, short := p.budgetAt(leaves, now, r, want); !short {
+		// Worth waiting for once a full slice fits (to within rounding):
+		// the bucket keeps filling while we wait, so "not short of the
+		// bucket" may never come within the deadline.
+		if b, short := p.budgetAt(leaves, now, r, want); !short || float64(b) >= r*p.slice.Seconds()-1 {
 			return 0, leaves
 		}
 	}
