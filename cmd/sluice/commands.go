@@ -55,10 +55,8 @@ func workerCommand() *cli.Command {
 				return err
 			}
 			defer dlq.Close()
-			for topic, parts := range map[string]int{s.topic: c.Int("topic-partitions"), s.topic + ".dlq": 1} {
-				if err := queue.EnsureTopic(c.Context, s.brokers, topic, parts); err != nil {
-					return err
-				}
+			if err := ensureTopics(c.Context, s.brokers, s.topic, c.Int("topic-partitions")); err != nil {
+				return err
 			}
 			stack, _, err := workerStack(s, clients, shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters)}, c.String("worker-id"), nil)
 			if err != nil {
@@ -123,10 +121,8 @@ func bulkLoad(c *cli.Context) error {
 	}
 	// At least one partition per worker, or a worker would hold leases
 	// with nothing to consume.
-	for topic, parts := range map[string]int{s.topic: max(c.Int("topic-partitions"), workers), s.topic + ".dlq": 1} {
-		if err := queue.EnsureTopic(ctx, s.brokers, topic, parts); err != nil {
-			return err
-		}
+	if err := ensureTopics(ctx, s.brokers, s.topic, max(c.Int("topic-partitions"), workers)); err != nil {
+		return err
 	}
 	httpSink, err := sink.NewHTTP(sink.HTTPConfig{URL: s.sinkURL, Timeout: s.requestTimeout})
 	if err != nil {
@@ -218,10 +214,8 @@ func produceCommand() *cli.Command {
 				return usageError(err)
 			}
 			brokers, topic := splitList(c.String("brokers")), c.String("topic")
-			for t, parts := range map[string]int{topic: c.Int("topic-partitions"), topic + ".dlq": 1} {
-				if err := queue.EnsureTopic(c.Context, brokers, t, parts); err != nil {
-					return err
-				}
+			if err := ensureTopics(c.Context, brokers, topic, c.Int("topic-partitions")); err != nil {
+				return err
 			}
 			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers})
 			if err != nil {

@@ -183,3 +183,14 @@ func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerI
 	stack := ingest.RunFunc(func(ctx context.Context) error { return ingest.RunStack(ctx, w, src, mgr) })
 	return stack, mgr, nil
 }
+
+// ensureTopics creates the record type's topic with partitions partitions
+// and its dead-letter topic with one, unless they exist.
+func ensureTopics(ctx context.Context, brokers []string, topic string, partitions int) error {
+	for t, parts := range map[string]int{topic: partitions, queue.DeadLetterTopic(topic): 1} {
+		if err := queue.EnsureTopic(ctx, brokers, t, parts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
