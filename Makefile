@@ -34,6 +34,10 @@ e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here
 	SLUICE_E2E_BIN=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e/ 2>&1 | tee $(CACHE)/e2e.log; \
 		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; exit $$rc
 
+.PHONY: bench
+bench: ## benchmark scenarios 1-7 beside the alternatives (embedded Kafka and Redis, about 10 min); writes bench/results.json and bench/*.png
+	$(GO) run ./cmd/sluice-bench --out bench
+
 .PHONY: lint
 lint: ## gofmt, go vet, and go mod tidy leaving no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
