@@ -194,7 +194,8 @@ type Manager struct {
 	opTimeout time.Duration
 	wake      chan struct{}
 	started   atomic.Bool
-	announced int // the want of the last step (Run loop only)
+	announced int       // the want of the last step (Run loop only)
+	cooling   []cooling // released leases waiting a slice to be unlocked (Run loop only)
 
 	mu     sync.Mutex
 	demand float64       // units/s, from SetDemand
@@ -344,6 +345,7 @@ func (m *Manager) Run(ctx context.Context) error {
 
 // step runs one iteration of the loop and returns the wait until the next.
 func (m *Manager) step(ctx context.Context) time.Duration {
+	m.unlockCooled(ctx, false)
 	m.dropExpired(ctx)
 	m.renewDue(ctx)
 	if ctx.Err() != nil {
@@ -395,6 +397,9 @@ func (m *Manager) nextWait(share int) time.Duration {
 	now := time.Now()
 	for _, h := range m.held {
 		wait = min(wait, h.renewedAt.Add(m.cfg.RenewEvery).Sub(now), h.count.to.Sub(now))
+	}
+	for _, c := range m.cooling {
+		wait = min(wait, c.until.Sub(now))
 	}
 	return max(wait, time.Millisecond)
 }
@@ -521,9 +526,39 @@ func (m *Manager) release(ctx context.Context, n int) {
 	}
 	m.mu.Unlock()
 	m.stopCounting(hs)
-	m.unlock(ctx, hs)
+	// Unlock a slice later: a pacer's sends just before it stopped counting
+	// a partition were justified by credit that reaches back up to a slice
+	// before any window it still sends in, so a peer must not start earning
+	// on the partition until that slice has passed.
+	until := time.Now().Add(m.cfg.Slice)
 	for _, h := range hs {
+		m.cooling = append(m.cooling, cooling{h, until})
 		m.log.Debug("lease released", "partition", h.partition)
+	}
+}
+
+// cooling is a lease that stopped counting and is unlocked at until.
+type cooling struct {
+	h     *held
+	until time.Time
+}
+
+// unlockCooled unlocks the released leases whose slice has passed (all of
+// them when all is set).
+func (m *Manager) unlockCooled(ctx context.Context, all bool) {
+	now := time.Now()
+	var due []*held
+	keep := m.cooling[:0]
+	for _, c := range m.cooling {
+		if all || !now.Before(c.until) {
+			due = append(due, c.h)
+		} else {
+			keep = append(keep, c)
+		}
+	}
+	m.cooling = keep
+	if len(due) > 0 {
+		m.unlock(ctx, due)
 	}
 }
 
@@ -705,6 +740,7 @@ func (m *Manager) shutdown(ctx context.Context) {
 	m.mu.Unlock()
 	m.stopCounting(hs)
 	m.unlock(ctx, hs)
+	m.unlockCooled(ctx, true) // the pipeline has stopped sending
 	m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		return withdraw(ctx, c, m.keys, m.cfg.WorkerID)
 	}, "lease_withdraw", "member withdrawal failed")
