@@ -739,8 +739,12 @@ func (m *Manager) shutdown(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	m.stopCounting(hs)
+	// As for a release: a slice between the last counted instant and the
+	// unlock, so no peer earns on these partitions while the last slice's
+	// credit can still reach into a sink-side window.
+	time.Sleep(m.cfg.Slice)
 	m.unlock(ctx, hs)
-	m.unlockCooled(ctx, true) // the pipeline has stopped sending
+	m.unlockCooled(ctx, true)
 	m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		return withdraw(ctx, c, m.keys, m.cfg.WorkerID)
 	}, "lease_withdraw", "member withdrawal failed")
