@@ -24,6 +24,14 @@ type Record struct {
 	// Pos is where the record came from; the zero Position for records not
 	// yet produced.
 	Pos Position
+	// SinkKey is the key the sink stores the record under (a row key, an
+	// object name), built from the record's fields by its type's sink key
+	// rule so that consecutive writes do not land on one range partition.
+	// Empty: the sink uses ID.
+	SinkKey string
+	// PartitionKey groups records into entity-group batches (one partition
+	// key per batch) for sinks that support them. Empty: no grouping.
+	PartitionKey string
 }
 
 // Position locates a record in the queue.
