@@ -45,6 +45,48 @@ type DeadLetters interface {
 	DeadLetter(ctx context.Context, rec Record, reason string) error
 }
 
+// Processor is a record type's processing step: it validates a fetched
+// record, enriches it and sets its SinkKey and PartitionKey.
+type Processor interface {
+	// Process returns rec validated and enriched (Value may change; ID and
+	// Pos must not), or an error naming what is wrong with it, e.g. `field
+	// "mag": want number`; the record is then dead-lettered with that
+	// reason. It must be safe for concurrent use.
+	Process(rec Record) (Record, error)
+}
+
+// ProcessorFunc adapts a function to a Processor.
+type ProcessorFunc func(Record) (Record, error)
+
+// Process calls f(rec).
+func (f ProcessorFunc) Process(rec Record) (Record, error) { return f(rec) }
+
+// Chain returns a Processor that applies ps in order, stopping at the first
+// error; nil entries are skipped. With no non-nil entry it returns nil.
+func Chain(ps ...Processor) Processor {
+	var live []Processor
+	for _, p := range ps {
+		if p != nil {
+			live = append(live, p)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return nil
+	case 1:
+		return live[0]
+	}
+	return ProcessorFunc(func(rec Record) (Record, error) {
+		var err error
+		for _, p := range live {
+			if rec, err = p.Process(rec); err != nil {
+				return rec, err
+			}
+		}
+		return rec, nil
+	})
+}
+
 // Sink writes batches of records to the throttled target.
 type Sink interface {
 	// Write makes one attempt to write batch and returns one Result per

@@ -52,6 +52,10 @@ type WorkerConfig struct {
 	// Counters receives the running totals; several workers may share one.
 	// Default: a Counters of the worker's own.
 	Counters *Counters
+	// Processor applies the record type's rules (validation, enrichment,
+	// sink key) to each fetched record after its ID is set and before it is
+	// priced. Default: none.
+	Processor Processor
 }
 
 // Ports are the adapters a Worker drives. Every field is required.
@@ -231,6 +235,15 @@ func (w *Worker) prepare(rec Record) *item {
 			it.invalid = cmp.Or(it.invalid, fmt.Sprintf("record %s: %v", rec.Pos, err))
 		}
 		rec.ID = id
+	}
+	if w.cfg.Processor != nil && it.invalid == "" {
+		out, err := w.cfg.Processor.Process(rec)
+		if err != nil {
+			it.invalid = fmt.Sprintf("record %s (id %s): %v", rec.Pos, rec.ID, err)
+		} else {
+			rec = out
+			rec.Cost = w.cfg.Pricing.Price(rec.Value)
+		}
 	}
 	if w.cfg.MaxRecordCost > 0 && rec.Cost > w.cfg.MaxRecordCost {
 		it.invalid = fmt.Sprintf("record %s (id %s) costs %d %s, more than one second of the whole pool (%d)",
