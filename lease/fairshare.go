@@ -26,8 +26,34 @@ func wantPartitions(demand, partitionRate float64, partitions int) int {
 
 // member is one worker's announced demand, in partitions.
 type member struct {
-	Worker string
-	Want   int
+	Worker   string
+	Want     int // reserved partitions included
+	Reserved int
+}
+
+// fairShare computes every member's share of partitions with reserved
+// capacity: each member first gets its reserved partitions (in worker ID
+// order while they last, so an over-reserved pool is split the same way by
+// everyone), and the partitions left are shared max-min fair (waterFill)
+// over what each member wants beyond its reservation. The result maps each
+// worker to its share, reserved partitions included.
+func fairShare(partitions int, members []member) map[string]int {
+	ms := slices.Clone(members)
+	slices.SortFunc(ms, func(a, b member) int { return cmp.Compare(a.Worker, b.Worker) })
+	left := max(partitions, 0)
+	reserved := make(map[string]int, len(ms))
+	rest := make([]member, 0, len(ms))
+	for _, m := range ms {
+		r := min(max(m.Reserved, 0), left)
+		reserved[m.Worker] = r
+		left -= r
+		rest = append(rest, member{Worker: m.Worker, Want: max(m.Want, m.Reserved) - max(m.Reserved, 0)})
+	}
+	share := waterFill(left, rest)
+	for w, r := range reserved {
+		share[w] += r
+	}
+	return share
 }
 
 // waterFill computes the max-min fair share of partitions among members:

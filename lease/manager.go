@@ -31,6 +31,10 @@ var _ ingest.Capacity = (*Manager)(nil)
 // Credit. Windows reaching further back undercount (the safe direction).
 const HistoryKeep = 10 * time.Second
 
+// errReservedShort is logged while the worker holds fewer partitions than
+// it reserves.
+var errReservedShort = errors.New("lease: reserved partitions not free")
+
 // ErrInvalidConfig is wrapped by New's errors about the Config.
 var ErrInvalidConfig = errors.New("lease: invalid config")
 
@@ -73,6 +77,13 @@ type Config struct {
 	// tick; a worker that vanishes without withdrawing stops being counted
 	// in the fair share after it. Default max(4 × Tick, 1 s).
 	MemberTTL time.Duration
+	// Reserved is how many partitions the worker holds for its lifetime,
+	// whatever its demand: acquired at start, renewed, never released for
+	// lack of demand (a failed renewal still drops one at once, and it is
+	// taken again). The rest of the pool is shared on demand. While fewer
+	// than Reserved are free the worker logs it and keeps trying; see
+	// ReservedShort. Default 0; at most the pool's partitions.
+	Reserved int
 	// Logger receives lease events and errors. Default: discard.
 	Logger *slog.Logger
 }
@@ -125,6 +136,9 @@ func (c Config) validate() error {
 	}
 	if strings.ContainsFunc(c.WorkerID, func(r rune) bool { return unicode.IsSpace(r) || r == '/' || !unicode.IsPrint(r) }) || len(c.WorkerID) > 200 {
 		return invalid("WorkerID %q must be at most 200 printable bytes without whitespace or '/'", c.WorkerID)
+	}
+	if c.Reserved < 0 || c.Reserved > c.Pool.Partitions {
+		return invalid("Reserved %d must be within 0..%d (the pool's partitions)", c.Reserved, c.Pool.Partitions)
 	}
 	if strings.ContainsAny(c.Prefix, " \t\r\n") {
 		return invalid("Prefix %q must not contain whitespace", c.Prefix)
@@ -303,7 +317,13 @@ func (m *Manager) SetDemand(unitsPerSecond float64) {
 }
 
 func (m *Manager) wantLocked() int {
-	return wantPartitions(m.demand, m.partRate, m.cfg.Pool.Partitions)
+	return max(wantPartitions(m.demand, m.partRate, m.cfg.Pool.Partitions), m.cfg.Reserved)
+}
+
+// ReservedShort returns how many of the worker's reserved partitions it
+// does not hold (0 once it holds at least Config.Reserved).
+func (m *Manager) ReservedShort() int {
+	return max(m.cfg.Reserved-len(m.Held()), 0)
 }
 
 // Held returns the partitions the worker currently holds, counting or not,
@@ -353,7 +373,7 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	}
 
 	m.mu.Lock()
-	me := announcement{Want: m.wantLocked(), Demand: m.demand}
+	me := announcement{Want: m.wantLocked(), Demand: m.demand, Reserved: m.cfg.Reserved}
 	m.ledger.prune(time.Now().Add(-HistoryKeep))
 	m.mu.Unlock()
 
@@ -363,15 +383,15 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 		members[m.cfg.WorkerID] = me
 		list := make([]member, 0, len(members))
 		for w, a := range members {
-			list = append(list, member{Worker: w, Want: a.Want})
+			list = append(list, member{Worker: w, Want: a.Want, Reserved: a.Reserved})
 		}
-		share = waterFill(m.cfg.Pool.Partitions, list)[m.cfg.WorkerID]
+		share = fairShare(m.cfg.Pool.Partitions, list)[m.cfg.WorkerID]
 		if m.announced == 0 {
 			// Just woken: idle peers that woke at the same time have not
 			// announced yet, so take no more than an equal split of the
 			// members now, and grow to the fair share at the next step.
 			// Workers that start on one backlog together split it at once.
-			share = min(share, (m.cfg.Pool.Partitions+len(list)-1)/len(list))
+			share = min(share, max((m.cfg.Pool.Partitions+len(list)-1)/len(list), m.cfg.Reserved))
 		}
 	}
 	m.announced = me.Want
@@ -381,6 +401,10 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 		m.release(ctx, holding-share)
 	} else if holding < share {
 		m.acquire(ctx, share-holding)
+	}
+	if short := m.ReservedShort(); short > 0 && ctx.Err() == nil {
+		m.logErr("lease_reserved", "fewer reserved partitions free than asked; still trying", errReservedShort,
+			"reserved", m.cfg.Reserved, "missing", short)
 	}
 	return m.nextWait(share)
 }

@@ -40,16 +40,18 @@ const membersSetTTL = 24 * time.Hour
 
 // announcement is what a worker publishes about itself.
 type announcement struct {
-	Want   int     // partitions wanted, 0..P
-	Demand float64 // units/s, may be +Inf
+	Want     int     // partitions wanted, 0..P, reserved ones included
+	Demand   float64 // units/s, may be +Inf
+	Reserved int     // partitions held for the worker's lifetime, 0..P
 }
 
 func (a announcement) encode() string {
-	return strconv.Itoa(a.Want) + " " + strconv.FormatFloat(a.Demand, 'g', -1, 64)
+	return strconv.Itoa(a.Want) + " " + strconv.FormatFloat(a.Demand, 'g', -1, 64) + " " + strconv.Itoa(a.Reserved)
 }
 
 func decodeAnnouncement(v string) (announcement, error) {
-	wantS, demandS, _ := strings.Cut(v, " ")
+	wantS, rest, _ := strings.Cut(v, " ")
+	demandS, reservedS, _ := strings.Cut(rest, " ")
 	want, err := strconv.Atoi(wantS)
 	if err != nil {
 		return announcement{}, fmt.Errorf("member value %q: %w", v, err)
@@ -60,7 +62,13 @@ func decodeAnnouncement(v string) (announcement, error) {
 			return announcement{}, fmt.Errorf("member value %q: %w", v, err)
 		}
 	}
-	return announcement{Want: want, Demand: demand}, nil
+	var reserved int
+	if reservedS != "" {
+		if reserved, err = strconv.Atoi(reservedS); err != nil {
+			return announcement{}, fmt.Errorf("member value %q: %w", v, err)
+		}
+	}
+	return announcement{Want: want, Demand: demand, Reserved: reserved}, nil
 }
 
 // announce publishes worker's demand for ttl.

@@ -336,3 +336,31 @@ func TestQuorumOfMasters(t *testing.T) {
 	hooks[1].mode.Store(healthy)
 	hooks[2].mode.Store(healthy)
 }
+
+func TestReservedPartitionsAreHeldWithoutDemand(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "res", Capacity: 1000, Partitions: 10}
+	require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+	cfg := testConfig(prefix, "a", pool)
+	cfg.Reserved = 3
+	a := start(t, cfg, c)
+	poll(t, func() bool { return len(a.Held()) == 3 }, "an idle worker takes its reserved partitions at start")
+	require.Zero(t, a.ReservedShort())
+
+	b := start(t, testConfig(prefix, "b", pool), c)
+	b.SetDemand(ingest.Inf)
+	poll(t, func() bool { return len(b.Held()) == 7 }, "a peer with a backlog gets the shared rest")
+	require.Len(t, a.Held(), 3, "the reservation is not released for lack of demand")
+
+	a.SetDemand(ingest.Inf)
+	poll(t, func() bool { return len(a.Held()) == 7 && len(b.Held()) == 3 }, "with a backlog: 3 reserved + 4 of the 7 shared (the odd one to the lower worker ID)")
+
+	// A second worker reserving more than is free says so and keeps trying.
+	cfg = testConfig(prefix, "c", pool)
+	cfg.Reserved = 8
+	cw := start(t, cfg, c)
+	poll(t, func() bool { return len(cw.Held()) > 0 }, "c takes what the others give back")
+	require.Positive(t, cw.ReservedShort(), "10 partitions cannot hold 3 + 8 reserved")
+}

@@ -36,6 +36,8 @@ type MemberStatus struct {
 	// Demand is the announced demand in units/s; +Inf means a backlog
 	// (encoded as the string "+Inf" in JSON).
 	Demand float64 `json:"-"`
+	// Reserved is how many of them the worker holds whatever its demand.
+	Reserved int `json:"reserved_partitions"`
 	// Holds is how many partitions the worker holds.
 	Holds int `json:"holds_partitions"`
 }
@@ -104,7 +106,7 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 		st.Partitions[i] = ps
 	}
 	for w, a := range members {
-		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: a.Demand, Holds: holds[w]})
+		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: a.Demand, Reserved: a.Reserved, Holds: holds[w]})
 		delete(holds, w)
 	}
 	for w, n := range holds { // holders that are no longer members (crashed, or just leaving)
@@ -120,7 +122,7 @@ func (s PoolStatus) String() string {
 	fmt.Fprintf(&b, "pool %s: %s (%v %s/s per partition)\n", s.Pool.Name, s.Pool, s.PartitionRate, s.Pool.Unit)
 	fmt.Fprintf(&b, "members (%d):\n", len(s.Members))
 	for _, m := range s.Members {
-		fmt.Fprintf(&b, "  %s  wants %d, holds %d partitions, demand %v %s/s\n", m.Worker, m.Want, m.Holds, m.Demand, s.Pool.Unit)
+		fmt.Fprintf(&b, "  %s  wants %d (%d reserved), holds %d partitions, demand %v %s/s\n", m.Worker, m.Want, m.Reserved, m.Holds, m.Demand, s.Pool.Unit)
 	}
 	held := 0
 	for _, p := range s.Partitions {

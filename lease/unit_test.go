@@ -63,6 +63,50 @@ func TestWaterFill(t *testing.T) {
 	}
 }
 
+func TestFairShareWithReserved(t *testing.T) {
+	t.Parallel()
+	m := func(w string, want, reserved int) member { return member{Worker: w, Want: want, Reserved: reserved} }
+	for _, tc := range []struct {
+		name       string
+		partitions int
+		members    []member
+		want       map[string]int
+	}{
+		{"no reservations is the water fill", 20, []member{m("a", 20, 0), m("b", 20, 0)}, map[string]int{"a": 10, "b": 10}},
+		{"reserved on top of an even share of the rest", 20, []member{m("a", 20, 4), m("b", 20, 0)}, map[string]int{"a": 12, "b": 8}},
+		{"idle worker keeps its reservation", 20, []member{m("a", 0, 5), m("b", 20, 0)}, map[string]int{"a": 5, "b": 15}},
+		{"want below reservation still holds it", 10, []member{m("a", 2, 3), m("b", 10, 0)}, map[string]int{"a": 3, "b": 7}},
+		{"small demand beyond reservation", 10, []member{m("a", 4, 3), m("b", 10, 2)}, map[string]int{"a": 4, "b": 6}},
+		{"over-reserved pool goes by worker ID", 6, []member{m("b", 6, 4), m("a", 6, 4)}, map[string]int{"a": 4, "b": 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := fairShare(tc.partitions, tc.members)
+			require.Equal(t, tc.want, got)
+			sum := 0
+			for _, n := range got {
+				sum += n
+			}
+			require.LessOrEqual(t, sum, tc.partitions)
+		})
+	}
+}
+
+func TestAnnouncementRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, a := range []announcement{{Want: 3, Demand: 250}, {Want: 20, Demand: math.Inf(1), Reserved: 4}, {}} {
+		got, err := decodeAnnouncement(a.encode())
+		require.NoError(t, err)
+		require.Equal(t, a, got)
+	}
+	// An announcement from a worker that predates reservations.
+	got, err := decodeAnnouncement("5 120")
+	require.NoError(t, err)
+	require.Equal(t, announcement{Want: 5, Demand: 120}, got)
+	_, err = decodeAnnouncement("5 120 x")
+	require.ErrorContains(t, err, `"5 120 x"`)
+}
+
 func TestWantPartitions(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
