@@ -122,7 +122,11 @@ func (s PoolStatus) String() string {
 	fmt.Fprintf(&b, "pool %s: %s (%v %s/s per partition)\n", s.Pool.Name, s.Pool, s.PartitionRate, s.Pool.Unit)
 	fmt.Fprintf(&b, "members (%d):\n", len(s.Members))
 	for _, m := range s.Members {
-		fmt.Fprintf(&b, "  %s  wants %d (%d reserved), holds %d partitions, demand %v %s/s\n", m.Worker, m.Want, m.Reserved, m.Holds, m.Demand, s.Pool.Unit)
+		reserved := ""
+		if m.Reserved > 0 {
+			reserved = fmt.Sprintf(" (%d reserved)", m.Reserved)
+		}
+		fmt.Fprintf(&b, "  %s  wants %d%s, holds %d partitions, demand %v %s/s\n", m.Worker, m.Want, reserved, m.Holds, m.Demand, s.Pool.Unit)
 	}
 	held := 0
 	for _, p := range s.Partitions {
