@@ -117,6 +117,14 @@ type Pacer interface {
 	Spend(units int64)
 }
 
+// ThrottleFeedback is implemented by pacers that slow down when the sink
+// throttles although the worker kept to its leases (another application
+// shares the service). The worker reports each write attempt that had a
+// throttled record.
+type ThrottleFeedback interface {
+	Throttled()
+}
+
 // Capacity is the worker's view of its leased share of the pool.
 type Capacity interface {
 	// Rate returns the rate, in units/s, that the worker may use at now:

@@ -456,6 +456,12 @@ func (w *Worker) write(ctx context.Context, batch []*item) {
 		}
 		return
 	}
+	throttled := false
+	defer func() {
+		if fb, ok := w.p.Pacer.(ThrottleFeedback); ok && throttled {
+			fb.Throttled()
+		}
+	}()
 	for i, it := range batch {
 		res := results[i]
 		it.attempts++
@@ -470,6 +476,7 @@ func (w *Worker) write(ctx context.Context, batch []*item) {
 		case Retryable:
 			if res.Throttled {
 				w.c.throttled.Add(1)
+				throttled = true
 			}
 			wait, ok := w.p.Retry.Backoff(it.attempts, res.RetryAfter)
 			if !ok {

@@ -66,6 +66,19 @@
 //
 // A rate of 0 (no valid lease) gives a budget of 0.
 //
+// # Throttle feedback
+//
+// Leases keep sluice's workers within the pool, but the service may be
+// shared with applications that take no leases. When the sink throttles
+// anyway, the pipeline calls Throttled, and the pacer applies AIMD to its own
+// rate (the rate of this worker in this pool; other pools are untouched): at
+// the next slice the rate is cut to Config.Cut (0.7) × the current rate, once
+// per slice however many writes were throttled, and every slice without a
+// throttle raises the ceiling by Config.Recovery (10 %) of the leased rate per
+// second until it reaches the leased rate and is lifted. Feedback counts the
+// cuts and the recoveries. The ceiling only ever lowers the rate below the
+// leases, so the pool guarantee is unaffected.
+//
 // # Usage
 //
 // A Pacer has no goroutines and no package-level state. The pipeline calls

@@ -14,7 +14,10 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 )
 
-var _ ingest.Pacer = (*Pacer)(nil)
+var (
+	_ ingest.Pacer            = (*Pacer)(nil)
+	_ ingest.ThrottleFeedback = (*Pacer)(nil)
+)
 
 // Defaults for Config.
 const (
@@ -36,6 +39,15 @@ type Config struct {
 	// Window never exceed the integral of the rate over it. Default 1 s,
 	// the window a throttled service measures; at least Slice.
 	Window time.Duration
+	// Cut is the factor the throttle ceiling is multiplied by for each
+	// slice in which the sink throttled the worker despite its leases
+	// (another application sharing the service): the multiplicative
+	// decrease of AIMD. Default 0.7; within (0, 1).
+	Cut float64
+	// Recovery is how fast the ceiling rises again, as a fraction of the
+	// leased rate per second: the additive increase of AIMD. Default 0.1
+	// (from one cut back to the leased rate in 3 s); > 0.
+	Recovery float64
 }
 
 // Capacity is what the pacer reads from the lease side; ingest.Capacity
@@ -61,6 +73,23 @@ type Pacer struct {
 	debt   int64         // units sent beyond the bucket, repaid before any budget
 	spends []spend       // oldest first; only those within window + guard
 	next   time.Time     // when the next slice opens; zero before the first
+
+	cut, recovery float64
+	throttled     bool    // the sink throttled since the last slice opened
+	ceiling       float64 // throttle ceiling in units/s; 0: none
+	stats         FeedbackStats
+}
+
+// FeedbackStats counts the pacer's reactions to throttling.
+type FeedbackStats struct {
+	// Cuts is the number of slices whose rate was cut because the sink
+	// throttled during the one before.
+	Cuts int64
+	// Recoveries is the number of times the ceiling climbed back to the
+	// leased rate and was lifted.
+	Recoveries int64
+	// Ceiling is the current throttle ceiling in units/s, 0 when none.
+	Ceiling float64
 }
 
 type spend struct {
@@ -90,6 +119,13 @@ func New(cfg Config, capa Capacity) (*Pacer, error) {
 	}
 	if p.window < p.slice {
 		return nil, fmt.Errorf("pacing: window %v must be at least one slice (%v)", p.window, p.slice)
+	}
+	p.cut, p.recovery = cmp.Or(cfg.Cut, 0.7), cmp.Or(cfg.Recovery, 0.1)
+	if !(p.cut > 0 && p.cut < 1) {
+		return nil, fmt.Errorf("pacing: cut %v must be within (0, 1)", cfg.Cut)
+	}
+	if !(p.recovery > 0) || math.IsInf(p.recovery, 0) {
+		return nil, fmt.Errorf("pacing: recovery %v must be a positive fraction of the rate per second", cfg.Recovery)
 	}
 	p.maxDelay = p.guard + p.slice/4
 	return p, nil
@@ -122,6 +158,9 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 		return 0, err
 	}
 	deadline := open.Add(p.maxDelay)
+	p.mu.Lock()
+	p.feedback(p.rate(time.Now()))
+	p.mu.Unlock()
 	for {
 		p.mu.Lock()
 		budget, wait := p.openSlice(time.Now(), max(want, 0), deadline)
@@ -161,11 +200,61 @@ func (p *Pacer) Spend(units int64) {
 	p.debt += units - take
 }
 
+// Throttled reports that the sink throttled a write (HTTP 429) although the
+// worker kept to its leases: someone else is using the service. The next
+// slice cuts the worker's rate to Cut × its current rate (once per slice,
+// however many writes were throttled); every slice without a report then
+// raises the ceiling by Recovery × the leased rate per second until it
+// reaches the leased rate again. Safe for concurrent use.
+func (p *Pacer) Throttled() {
+	p.mu.Lock()
+	p.throttled = true
+	p.mu.Unlock()
+}
+
+// Feedback returns the throttle feedback counters.
+func (p *Pacer) Feedback() FeedbackStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats
+	st.Ceiling = p.ceiling
+	return st
+}
+
+// feedback moves the throttle ceiling once per slice, given the leased rate
+// r: a cut when the sink throttled since the last slice, else a step of
+// recovery. p.mu is held.
+func (p *Pacer) feedback(r float64) {
+	switch {
+	case p.throttled:
+		p.throttled = false
+		if p.ceiling == 0 || p.ceiling > r {
+			p.ceiling = r
+		}
+		p.ceiling *= p.cut
+		p.stats.Cuts++
+	case p.ceiling > 0:
+		p.ceiling += p.recovery * r * p.slice.Seconds()
+		if p.ceiling >= r {
+			p.ceiling = 0
+			p.stats.Recoveries++
+		}
+	}
+}
+
+// capped is the leased rate r under the throttle ceiling. p.mu is held.
+func (p *Pacer) capped(r float64) float64 {
+	if p.ceiling > 0 {
+		return min(r, p.ceiling)
+	}
+	return r
+}
+
 // openSlice computes the budget of a slice opening at now. If the account is what
 // keeps the budget short and an old spend leaves it by deadline, it returns
 // the first instant at which the full budget fits instead. p.mu is held.
 func (p *Pacer) openSlice(now time.Time, want int64, deadline time.Time) (budget int64, wait time.Time) {
-	r := p.rate(now)
+	r := p.capped(p.rate(now))
 	burst := p.burst(r)
 	if p.lim == nil {
 		p.lim = rate.NewLimiter(rate.Limit(r), burst) // starts full

@@ -576,3 +576,60 @@ func TestSpendConcurrent(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+func TestThrottleFeedbackCutsAndRecovers(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		capa := &fakeCapacity{start: time.Now(), steps: []step{{-2 * time.Second, 1000}}} // leased long before
+		p, err := pacing.New(pacing.Config{}, capa)
+		require.NoError(t, err)
+		next := func() int64 {
+			t.Helper()
+			b, err := p.Next(ctx, 0)
+			require.NoError(t, err)
+			p.Spend(b)
+			return b
+		}
+		require.EqualValues(t, 200, next(), "a full slice at the leased rate")
+
+		// Two throttled writes in one slice cost one cut.
+		p.Throttled()
+		p.Throttled()
+		b := next()
+		require.LessOrEqual(t, b, int64(140), "×0.7 of 1,000/s over one slice")
+		require.Positive(t, b)
+		require.Equal(t, pacing.FeedbackStats{Cuts: 1, Ceiling: 700}, p.Feedback())
+
+		// A second throttled slice cuts again, from the ceiling.
+		p.Throttled()
+		next()
+		require.InDelta(t, 490, p.Feedback().Ceiling, 1e-9)
+
+		// Additive recovery: +10 % of the leased rate per second, i.e.
+		// +20 units/s per 200 ms slice, from 490 to 1,000 in 26 slices.
+		slices := 0
+		for p.Feedback().Ceiling > 0 {
+			before := p.Feedback().Ceiling
+			next()
+			if c := p.Feedback().Ceiling; c > 0 {
+				require.InDelta(t, before+20, c, 1e-9)
+			}
+			slices++
+			require.Less(t, slices, 100, "the ceiling never lifts")
+		}
+		require.Equal(t, 26, slices)
+		require.Equal(t, pacing.FeedbackStats{Cuts: 2, Recoveries: 1}, p.Feedback())
+		next()
+		require.EqualValues(t, 200, next(), "back to full slices at the leased rate")
+	})
+}
+
+func TestFeedbackConfigIsValidated(t *testing.T) {
+	t.Parallel()
+	capa := &fakeCapacity{}
+	for _, cfg := range []pacing.Config{{Cut: 1}, {Cut: -0.5}, {Recovery: -1}, {Recovery: math.Inf(1)}} {
+		_, err := pacing.New(cfg, capa)
+		require.Error(t, err, "%+v", cfg)
+	}
+}
