@@ -81,7 +81,7 @@ func poolFlags() []cli.Flag {
 		stringFlag("pool", "default", "capacity pool `name` (one per throttled resource)"),
 		floatFlag("capacity", 0, "pool capacity in `units/s` (required)"),
 		stringFlag("unit", "records", "what capacity counts: records, bytes (payload bytes) or cost"),
-		intFlag("cost", 1, "cost of one record in units when --unit cost (e.g. RU per write)"),
+		stringFlag("cost", "1", "cost `rule` of a record when --unit cost: N units per record (e.g. 10 RU per write) or N/KiB (N units per started KiB of payload)"),
 		intFlag("partitions", 20, "capacity partitions the pool is split into; each is leased whole"),
 		durationFlag("lease-ttl", 15*time.Second, "lease time-to-live; renewed at a third of it"),
 	)

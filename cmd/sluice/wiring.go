@@ -46,13 +46,17 @@ func readSettings(c *cli.Context) (settings, error) {
 	if err != nil {
 		return settings{}, fmt.Errorf("--unit: %w", err)
 	}
+	pricing, err := ingest.ParseCost(unit, c.String("cost"))
+	if err != nil {
+		return settings{}, fmt.Errorf("--cost: %w", err)
+	}
 	s := settings{
 		log:            log,
 		brokers:        splitList(c.String("brokers")),
 		redisAddrs:     splitList(c.String("redis-addr")),
 		sinkURL:        c.String("sink"),
 		pool:           lease.Pool{Name: c.String("pool"), Capacity: c.Float64("capacity"), Unit: unit, Partitions: c.Int("partitions"), TTL: c.Duration("lease-ttl")},
-		pricing:        ingest.Pricing{Unit: unit, PerRecord: int64(c.Int("cost"))},
+		pricing:        pricing,
 		topic:          c.String("topic"),
 		group:          c.String("group"),
 		idField:        c.String("id-field"),
@@ -79,8 +83,6 @@ func readSettings(c *cli.Context) (settings, error) {
 		return s, fmt.Errorf("--capacity: the pool's capacity in %s/s is required and must be > 0 (got %v)", unit, s.pool.Capacity)
 	case s.pool.Partitions < 1:
 		return s, fmt.Errorf("--partitions: must be ≥ 1 (got %d)", s.pool.Partitions)
-	case c.Int("cost") < 1:
-		return s, fmt.Errorf("--cost: must be ≥ 1 (got %d)", c.Int("cost"))
 	case s.slice < 10*time.Millisecond:
 		return s, fmt.Errorf("--slice: must be ≥ 10ms (got %s)", s.slice)
 	case s.batch < 1 || s.concurrency < 1 || s.maxInFlight < 1 || s.maxAttempts < 1:
