@@ -19,6 +19,7 @@ type Counters struct {
 	retried        atomic.Int64 // record attempts that will be tried again
 	unitsSent      atomic.Int64 // units charged to the pacer, retries included
 	unitsDelivered atomic.Int64 // units of delivered records
+	unitsCorrected atomic.Int64 // units the sink charged beyond the estimates
 	firstFetch     atomic.Int64 // unix ns of the first fetch, 0 before
 	lastDone       atomic.Int64 // unix ns of the latest finished record
 }
@@ -35,6 +36,9 @@ type Totals struct {
 	Retried        int64
 	UnitsSent      int64
 	UnitsDelivered int64
+	// UnitsCorrected is what the sink reported charging beyond the
+	// estimated costs, charged to the pacer afterwards (part of UnitsSent).
+	UnitsCorrected int64
 	// FirstFetch and LastDone bound the run; zero when nothing happened.
 	FirstFetch time.Time
 	LastDone   time.Time
@@ -64,6 +68,7 @@ func (c *Counters) Totals() Totals {
 		Retried:        c.retried.Load(),
 		UnitsSent:      c.unitsSent.Load(),
 		UnitsDelivered: c.unitsDelivered.Load(),
+		UnitsCorrected: c.unitsCorrected.Load(),
 		FirstFetch:     unixTime(c.firstFetch.Load()),
 		LastDone:       unixTime(c.lastDone.Load()),
 	}

@@ -186,6 +186,13 @@ type Result struct {
 	// Reason explains a Retryable or Permanent outcome, e.g. "HTTP 400:
 	// field mag is not a number". It becomes the dead-letter reason.
 	Reason string
+	// Charge is what the sink reports it charged for a Delivered or
+	// Duplicate record, in the pool's unit (e.g. Cosmos DB's
+	// x-ms-request-charge); 0 when it does not say. A charge above the
+	// record's estimated Cost is charged to the pacer at the next slice, so
+	// an estimate that is too low cannot drift the long-run rate over
+	// capacity.
+	Charge int64
 }
 
 // SinkStats is what a sink that keeps statistics (the sink emulator) reports

@@ -87,8 +87,9 @@ type Worker struct {
 	retries retryHeap // records waiting out a backoff
 
 	writeErrLog, fetchErrLog logLimiter
-	owner                    Owner // the source, when it can lose records
-	dropped                  int64 // records dropped because the source lost them
+	owner                    Owner        // the source, when it can lose records
+	dropped                  int64        // records dropped because the source lost them
+	owed                     atomic.Int64 // units the sink charged beyond the estimates, to charge at the next slice
 }
 
 // item is a record in flight.
@@ -317,11 +318,16 @@ func (w *Worker) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup) 
 		w.demand.recent.add(time.Now(), spent)
 		w.setDemand(head != nil)
 		w.log.Debug("slice", "budget", budget, "spent", spent, "records", len(take), "queued", len(w.fetched))
+		if owed := w.owed.Swap(0); spent+owed > 0 {
+			// What the sink charged beyond the estimates is charged now,
+			// on top of this slice (debt if the bucket cannot cover it).
+			w.p.Pacer.Spend(spent + owed)
+			w.c.unitsSent.Add(spent + owed)
+			w.c.unitsCorrected.Add(owed)
+		}
 		if spent == 0 {
 			continue
 		}
-		w.p.Pacer.Spend(spent)
-		w.c.unitsSent.Add(spent)
 		for batch := range chunks(take, w.cfg.MaxBatch) {
 			select {
 			case requests <- struct{}{}:
@@ -467,6 +473,9 @@ func (w *Worker) write(ctx context.Context, batch []*item) {
 		it.attempts++
 		switch res.Outcome {
 		case Delivered, Duplicate:
+			if res.Charge > it.rec.Cost {
+				w.owed.Add(res.Charge - it.rec.Cost)
+			}
 			if res.Outcome == Duplicate {
 				w.c.duplicates.Add(1)
 			}

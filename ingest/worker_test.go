@@ -324,3 +324,52 @@ func TestWorkerDropsRecordsItNoLongerOwns(t *testing.T) {
 		require.Zero(t, off%2, "a disowned record was marked done")
 	}
 }
+
+func TestWorkerChargesWhatTheSinkReportsBeyondTheEstimate(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, ingest.WorkerConfig{IDField: "id", Pricing: ingest.Pricing{Unit: ingest.UnitCost, PerRecord: 10}}, 100, records(50)...)
+	r.sink.answer = func(string, int) ingest.Result { return ingest.Result{Outcome: ingest.Delivered, Charge: 12} }
+	r.run(t)
+	// Writes answer after their slice, so each correction reaches the
+	// pacer with a later slice; the last ones may still be owed when the
+	// worker stops (the process is ending then).
+	corrected := r.w.Counters().Totals().UnitsCorrected
+	require.Positive(t, corrected)
+	require.LessOrEqual(t, corrected, int64(50*2))
+	r.pace.mu.Lock()
+	defer r.pace.mu.Unlock()
+	var total int64
+	for _, s := range r.pace.spent {
+		total += s
+	}
+	require.Equal(t, 50*10+corrected, total, "estimates plus the correction, each unit once")
+}
+
+// throttlePacer is a fakePacer that takes throttle feedback.
+type throttlePacer struct {
+	fakePacer
+	throttles sync.WaitGroup
+}
+
+func (p *throttlePacer) Throttled() { p.throttles.Done() }
+
+func TestWorkerReportsThrottledWritesToThePacer(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, ingest.WorkerConfig{IDField: "id", MaxBatch: 10}, 10, records(30)...)
+	pacer := &throttlePacer{fakePacer: fakePacer{budget: 10}}
+	pacer.throttles.Add(2)
+	r.sink.answer = func(id string, attempt int) ingest.Result {
+		if attempt == 1 && (id == "r3" || id == "r4" || id == "r25") {
+			return ingest.Result{Outcome: ingest.Retryable, Throttled: true}
+		}
+		return ingest.Result{Outcome: ingest.Delivered}
+	}
+	w, err := ingest.NewWorker(ingest.WorkerConfig{IDField: "id", MaxBatch: 10}, ingest.Ports{
+		Source: r.src, DeadLetters: r.dlq, Sink: r.sink, Retry: fixedRetry{attempts: 3}, Pacer: pacer, Capacity: r.capa,
+	})
+	require.NoError(t, err)
+	r.w = w
+	r.run(t)
+	pacer.throttles.Wait() // one report per throttled write (r3 and r4 share one), or Done panics below zero
+	require.Len(t, r.sink.stored, 30)
+}
