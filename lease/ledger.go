@@ -8,19 +8,16 @@ import (
 // span is an interval [from, to) during which one lease counted.
 type span struct{ from, to time.Time }
 
-// overlap returns the length, in seconds, of [from, to) ∩ s.
-func (s span) overlap(from, to time.Time) float64 {
-	lo, hi := s.from, s.to
+// clip returns [from, to) ∩ s; ok is false when it is empty.
+func (s span) clip(from, to time.Time) (lo, hi time.Time, ok bool) {
+	lo, hi = s.from, s.to
 	if from.After(lo) {
 		lo = from
 	}
 	if to.Before(hi) {
 		hi = to
 	}
-	if !hi.After(lo) {
-		return 0
-	}
-	return hi.Sub(lo).Seconds()
+	return lo, hi, hi.After(lo)
 }
 
 func (s span) contains(t time.Time) bool { return !t.Before(s.from) && t.Before(s.to) }
@@ -62,11 +59,14 @@ func (l *ledger) count(t time.Time) int {
 	return n
 }
 
-// seconds returns Σ |[from, to) ∩ s| over the closed spans, in seconds.
-func (l *ledger) seconds(from, to time.Time) float64 {
+// credit returns Σ rate([from, to) ∩ s) over the closed spans, where
+// rate(lo, hi) is the integral of one lease's rate over [lo, hi).
+func (l *ledger) credit(from, to time.Time, rate func(lo, hi time.Time) float64) float64 {
 	var sum float64
 	for _, s := range l.closed {
-		sum += s.overlap(from, to)
+		if lo, hi, ok := s.clip(from, to); ok {
+			sum += rate(lo, hi)
+		}
 	}
 	return sum
 }

@@ -199,7 +199,6 @@ func holderOf(value string) string {
 // SetDemand are safe for concurrent use; Run must be called once.
 type Manager struct {
 	cfg       Config
-	partRate  float64 // units/s per lease
 	keys      keys
 	clients   []redis.UniversalClient
 	rs        *redsync.Redsync
@@ -211,10 +210,13 @@ type Manager struct {
 	announced int       // the want of the last step (Run loop only)
 	cooling   []cooling // released leases waiting a slice to be unlocked (Run loop only)
 
+	defReadAt time.Time // last successful read of the definition (Run loop only)
+
 	mu     sync.Mutex
 	demand float64       // units/s, from SetDemand
 	held   map[int]*held // partition → lease
 	ledger ledger        // leases that stopped counting
+	sched  schedule      // the pool's effective rate over time, as last read from Redis
 }
 
 // held is one lease. mutex is used only by the Run loop (and the renewal
@@ -243,7 +245,6 @@ func New(cfg Config, clients ...redis.UniversalClient) (*Manager, error) {
 	}
 	return &Manager{
 		cfg:       cfg,
-		partRate:  cfg.Pool.PartitionRate(),
 		keys:      keysFor(cfg.Prefix, cfg.Pool.Name),
 		clients:   clients,
 		rs:        redsync.New(pools...),
@@ -252,14 +253,36 @@ func New(cfg Config, clients ...redis.UniversalClient) (*Manager, error) {
 		opTimeout: min(cfg.RequestTimeout, max(cfg.Pool.TTL/10, 100*time.Millisecond)),
 		wake:      make(chan struct{}, 1),
 		held:      make(map[int]*held),
+		sched:     schedule{pool: cfg.Pool},
 	}, nil
 }
 
 // WorkerID returns the worker ID the Manager announces itself with.
 func (m *Manager) WorkerID() string { return m.cfg.WorkerID }
 
-// PartitionRate returns the rate one lease is worth, in units/s.
-func (m *Manager) PartitionRate() float64 { return m.partRate }
+// PartitionRate returns the rate one lease is worth now, in units/s: the
+// pool's effective (ramped) rate divided by its partitions.
+func (m *Manager) PartitionRate() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sched.partitionRate(time.Now())
+}
+
+// Pool returns the pool definition in force, as last read from Redis (a
+// live change by SetPool shows here within a Tick).
+func (m *Manager) Pool() Pool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sched.pool
+}
+
+// Effective returns the pool's effective rate at now in units/s: its
+// capacity, or less while a ramp is climbing.
+func (m *Manager) Effective(now time.Time) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sched.effective(now)
+}
 
 // Margin returns the safety margin in effect.
 func (m *Manager) Margin() time.Duration { return m.cfg.Margin }
@@ -276,7 +299,7 @@ func (m *Manager) Rate(now time.Time) float64 {
 			n++
 		}
 	}
-	return float64(n) * m.partRate
+	return float64(n) * m.sched.partitionRate(now)
 }
 
 // Credit returns the integral of Rate over [from, to), in units: for each
@@ -289,11 +312,13 @@ func (m *Manager) Credit(from, to time.Time) float64 {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	secs := m.ledger.seconds(from, to)
+	credit := m.ledger.credit(from, to, m.sched.partitionCredit)
 	for _, h := range m.held {
-		secs += h.count.overlap(from, to)
+		if lo, hi, ok := h.count.clip(from, to); ok {
+			credit += m.sched.partitionCredit(lo, hi)
+		}
 	}
-	return secs * m.partRate
+	return credit
 }
 
 // SetDemand announces how many units/s the worker could use (+Inf with a
@@ -317,7 +342,9 @@ func (m *Manager) SetDemand(unitsPerSecond float64) {
 }
 
 func (m *Manager) wantLocked() int {
-	return max(wantPartitions(m.demand, m.partRate, m.cfg.Pool.Partitions), m.cfg.Reserved)
+	now := time.Now()
+	parts := m.sched.partitions(now)
+	return min(max(wantPartitions(m.demand, m.sched.partitionRate(now), parts), m.cfg.Reserved), parts)
 }
 
 // ReservedShort returns how many of the worker's reserved partitions it
@@ -366,6 +393,7 @@ func (m *Manager) Run(ctx context.Context) error {
 // step runs one iteration of the loop and returns the wait until the next.
 func (m *Manager) step(ctx context.Context) time.Duration {
 	m.unlockCooled(ctx, false)
+	m.refreshPool(ctx)
 	m.dropExpired(ctx)
 	m.renewDue(ctx)
 	if ctx.Err() != nil {
@@ -385,13 +413,14 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 		for w, a := range members {
 			list = append(list, member{Worker: w, Want: a.Want, Reserved: a.Reserved})
 		}
-		share = fairShare(m.cfg.Pool.Partitions, list)[m.cfg.WorkerID]
+		parts := m.partitionsNow()
+		share = fairShare(parts, list)[m.cfg.WorkerID]
 		if m.announced == 0 {
 			// Just woken: idle peers that woke at the same time have not
 			// announced yet, so take no more than an equal split of the
 			// members now, and grow to the fair share at the next step.
 			// Workers that start on one backlog together split it at once.
-			share = min(share, max((m.cfg.Pool.Partitions+len(list)-1)/len(list), m.cfg.Reserved))
+			share = min(share, max((parts+len(list)-1)/len(list), m.cfg.Reserved))
 		}
 	}
 	m.announced = me.Want
@@ -508,22 +537,7 @@ func (m *Manager) renew(ctx context.Context, h *held) bool {
 	start := time.Now()
 	ok, err := h.mutex.ExtendContext(rctx)
 	if ok && err == nil {
-		newEnd := h.mutex.Until().Add(-m.cfg.Margin)
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		now := time.Now()
-		if now.Before(newEnd) && m.held[h.partition] == h {
-			if now.Before(h.count.to) {
-				if newEnd.After(h.count.to) {
-					h.count.to = newEnd // counted without a gap
-				}
-			} else {
-				// It stopped counting before the extend returned; the past
-				// stays as it was and a new span starts now.
-				m.ledger.close(h.count, now)
-				h.count = span{from: now, to: newEnd}
-			}
-			h.renewedAt = start
+		if m.extended(h, start) {
 			return true
 		}
 		err = redsync.ErrExtendFailed
@@ -536,6 +550,31 @@ func (m *Manager) renew(ctx context.Context, h *held) bool {
 		m.log.Warn("lease renewal failed; partition dropped", "partition", h.partition, "err", err)
 	}
 	return false
+}
+
+// extended moves h's counting end after a successful extend started at
+// start; false when it can no longer count (its new end already passed, or
+// it was dropped meanwhile).
+func (m *Manager) extended(h *held, start time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	newEnd := m.countEnd(h.partition, h.mutex.Until().Add(-m.cfg.Margin), now)
+	if !now.Before(newEnd) || m.held[h.partition] != h {
+		return false
+	}
+	if now.Before(h.count.to) {
+		if newEnd.After(h.count.to) {
+			h.count.to = newEnd // counted without a gap
+		}
+	} else {
+		// It stopped counting before the extend returned; the past stays
+		// as it was and a new span starts now.
+		m.ledger.close(h.count, now)
+		h.count = span{from: now, to: newEnd}
+	}
+	h.renewedAt = start
+	return true
 }
 
 // release gives up n leases: they stop counting, then are unlocked.
@@ -642,7 +681,7 @@ func (m *Manager) tryLock(ctx context.Context, p int) *held {
 	h := &held{partition: p, mutex: mu, renewedAt: start}
 	m.mu.Lock()
 	now := time.Now()
-	h.count = span{from: now, to: mu.Until().Add(-m.cfg.Margin)}
+	h.count = span{from: now, to: m.countEnd(p, mu.Until().Add(-m.cfg.Margin), now)}
 	ok := now.Before(h.count.to)
 	if ok {
 		m.held[p] = h
@@ -666,7 +705,7 @@ func (m *Manager) lockValue() (string, error) {
 func (m *Manager) candidates(ctx context.Context) []int {
 	m.mu.Lock()
 	var all []int
-	for p := range m.cfg.Pool.Partitions {
+	for p := range m.sched.partitions(time.Now()) {
 		if _, ok := m.held[p]; !ok {
 			all = append(all, p)
 		}

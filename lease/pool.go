@@ -50,6 +50,13 @@ type Pool struct {
 	// must be ≥ 100 ms (and, for a Manager, exceed its margin and renewal
 	// interval; see Config).
 	TTL time.Duration
+	// Ramp, when on, ramps the effective rate up from Ramp.Start to
+	// Capacity; partitions are worth effective rate / Partitions. Default
+	// off.
+	Ramp Ramp
+	// Switch is set on a definition changed live by SetPool: the values in
+	// force before Switch.At. Nil otherwise; EnsurePool ignores it.
+	Switch *Switch
 }
 
 // PartitionRate returns the rate one lease is worth, in units/s:
@@ -69,6 +76,7 @@ func (p Pool) withDefaults() Pool {
 	if p.TTL == 0 {
 		p.TTL = DefaultTTL
 	}
+	p.Ramp = p.Ramp.withDefaults()
 	return p
 }
 
@@ -94,6 +102,9 @@ func (p Pool) Validate() error {
 	if _, err := ingest.ParseUnit(string(p.Unit)); err != nil {
 		return invalid("pool %q: unit: %v", p.Name, err)
 	}
+	if err := p.Ramp.validate(); err != nil {
+		return invalid("pool %q: %v", p.Name, err)
+	}
 	return nil
 }
 
@@ -101,21 +112,48 @@ func (p Pool) Validate() error {
 // "capacity 2000 records/s, 20 partitions, ttl 15s".
 func (p Pool) String() string {
 	p = p.withDefaults()
-	return fmt.Sprintf("capacity %v %s/s, %d partitions, ttl %v", p.Capacity, p.Unit, p.Partitions, p.TTL)
+	s := fmt.Sprintf("capacity %v %s/s, %d partitions, ttl %v", p.Capacity, p.Unit, p.Partitions, p.TTL)
+	if p.Ramp.On() {
+		s += ", " + p.Ramp.String()
+	}
+	return s
 }
 
-// poolJSON is the stored and printed shape of a Pool.
+// poolJSON is the stored and printed shape of a Pool. Durations are Go
+// duration strings ("15s"); the switch instant is Unix milliseconds.
 type poolJSON struct {
 	Name       string      `json:"name"`
 	Capacity   float64     `json:"capacity"`
 	Unit       ingest.Unit `json:"unit"`
 	Partitions int         `json:"partitions"`
 	TTL        string      `json:"ttl"`
+	Ramp       *rampJSON   `json:"ramp,omitempty"`
+	Switch     *switchJSON `json:"switch,omitempty"`
 }
 
-// MarshalJSON encodes p with the TTL as a Go duration string ("15s").
+type rampJSON struct {
+	Start     float64 `json:"start"`
+	Factor    float64 `json:"factor"`
+	Period    string  `json:"period"`
+	IdleReset string  `json:"idle_reset"`
+}
+
+type switchJSON struct {
+	AtUnixMS   int64   `json:"at_unix_ms"`
+	Capacity   float64 `json:"capacity_before"`
+	Partitions int     `json:"partitions_before"`
+}
+
+// MarshalJSON encodes p (see poolJSON).
 func (p Pool) MarshalJSON() ([]byte, error) {
-	return json.Marshal(poolJSON{p.Name, p.Capacity, p.Unit, p.Partitions, p.TTL.String()})
+	j := poolJSON{Name: p.Name, Capacity: p.Capacity, Unit: p.Unit, Partitions: p.Partitions, TTL: p.TTL.String()}
+	if p.Ramp.On() {
+		j.Ramp = &rampJSON{p.Ramp.Start, p.Ramp.Factor, p.Ramp.Period.String(), p.Ramp.IdleReset.String()}
+	}
+	if p.Switch != nil {
+		j.Switch = &switchJSON{p.Switch.At.UnixMilli(), p.Switch.Capacity, p.Switch.Partitions}
+	}
+	return json.Marshal(j)
 }
 
 // UnmarshalJSON decodes what MarshalJSON encodes.
@@ -128,7 +166,20 @@ func (p *Pool) UnmarshalJSON(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("pool ttl: %w", err)
 	}
-	*p = Pool{Name: j.Name, Capacity: j.Capacity, Unit: j.Unit, Partitions: j.Partitions, TTL: ttl}
+	out := Pool{Name: j.Name, Capacity: j.Capacity, Unit: j.Unit, Partitions: j.Partitions, TTL: ttl}
+	if r := j.Ramp; r != nil {
+		out.Ramp = Ramp{Start: r.Start, Factor: r.Factor}
+		if out.Ramp.Period, err = time.ParseDuration(r.Period); err != nil {
+			return fmt.Errorf("pool ramp period: %w", err)
+		}
+		if out.Ramp.IdleReset, err = time.ParseDuration(r.IdleReset); err != nil {
+			return fmt.Errorf("pool ramp idle reset: %w", err)
+		}
+	}
+	if sw := j.Switch; sw != nil {
+		out.Switch = &Switch{At: time.UnixMilli(sw.AtUnixMS), Capacity: sw.Capacity, Partitions: sw.Partitions}
+	}
+	*p = out
 	return nil
 }
 
@@ -145,6 +196,7 @@ func keysFor(prefix, pool string) keys {
 func (k keys) def() string            { return k.base + ":def" }
 func (k keys) partition(i int) string { return fmt.Sprintf("%s:p:%d", k.base, i) }
 func (k keys) members() string        { return k.base + ":members" }
+func (k keys) rampEpoch() string      { return k.base + ":ramp" }
 func (k keys) memberPrefix() string   { return k.base + ":m:" }
 func (k keys) member(worker string) string {
 	return k.memberPrefix() + worker
@@ -190,7 +242,7 @@ func EnsurePool(ctx context.Context, client redis.UniversalClient, prefix string
 	return fmt.Errorf("lease: store pool %q definition: key %s keeps disappearing", p.Name, key)
 }
 
-func loadPool(ctx context.Context, client redis.UniversalClient, key string) (Pool, error) {
+func loadPool(ctx context.Context, client redis.Cmdable, key string) (Pool, error) {
 	data, err := client.Get(ctx, key).Bytes()
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
@@ -206,5 +258,6 @@ func loadPool(ctx context.Context, client redis.UniversalClient, key string) (Po
 }
 
 func samePool(a, b Pool) bool {
-	return a.Capacity == b.Capacity && a.Unit == b.Unit && a.Partitions == b.Partitions && a.TTL == b.TTL
+	return a.Capacity == b.Capacity && a.Unit == b.Unit && a.Partitions == b.Partitions && a.TTL == b.TTL &&
+		a.Ramp == b.Ramp
 }

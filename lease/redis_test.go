@@ -364,3 +364,75 @@ func TestReservedPartitionsAreHeldWithoutDemand(t *testing.T) {
 	poll(t, func() bool { return len(cw.Held()) > 0 }, "c takes what the others give back")
 	require.Positive(t, cw.ReservedShort(), "10 partitions cannot hold 3 + 8 reserved")
 }
+
+func TestLiveChangeSwitchesEveryWorkerAtOnce(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "live", Capacity: 1000, Partitions: 10}
+	require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+	a := start(t, testConfig(prefix, "a", pool), c)
+	b := start(t, testConfig(prefix, "b", pool), c)
+	a.SetDemand(ingest.Inf)
+	b.SetDemand(ingest.Inf)
+	poll(t, func() bool { return len(a.Held())+len(b.Held()) == 10 }, "the pool is shared out")
+
+	// Lower the capacity and the partitions: 1,000 in 10 → 400 in 4.
+	t0 := time.Now()
+	next, err := SetPool(context.Background(), c, prefix, "live", 400, 4, time.Second, t0)
+	require.NoError(t, err)
+	at := next.Switch.At
+	_, err = SetPool(context.Background(), c, prefix, "live", 300, 0, time.Second, t0)
+	require.ErrorIs(t, err, ErrSwitchPending, "one change at a time")
+
+	poll(t, func() bool { return time.Now().After(at.Add(500 * time.Millisecond)) }, "the switch passes")
+	now := time.Now()
+	require.InDelta(t, 400, a.Rate(now)+b.Rate(now), 1e-6, "400 in 4 partitions after the switch")
+	require.Equal(t, 4, len(a.Held())+len(b.Held()), "leases on removed partitions were dropped")
+	for _, m := range []*running{a, b} {
+		for _, p := range m.Held() {
+			require.Less(t, p, 4)
+		}
+		require.Equal(t, 400.0, m.Pool().Capacity)
+	}
+	// No window ever held more than the capacity in force: at most 1,000
+	// over windows before the switch, at most 400 in every window after it.
+	requireCreditWithinCapacity(t, 1000, t0.Add(-time.Second), at, time.Second, 10*time.Millisecond, a, b)
+	requireCreditWithinCapacity(t, 400, at, now, 200*time.Millisecond, 10*time.Millisecond, a, b)
+
+	// Raise it again: 400 in 4 → 1,200 in 12; nobody uses partitions 4..11
+	// before the switch.
+	next, err = SetPool(context.Background(), c, prefix, "live", 1200, 12, time.Second, time.Now())
+	require.NoError(t, err)
+	poll(t, func() bool { return a.Rate(time.Now())+b.Rate(time.Now()) == 1200 }, "the new partitions are taken after the switch")
+	require.Equal(t, 12, len(a.Held())+len(b.Held()))
+	requireCreditWithinCapacity(t, 400, at, next.Switch.At, 200*time.Millisecond, 10*time.Millisecond, a, b)
+}
+
+func TestRampEpochIsShared(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "ramp", Capacity: 1000, Partitions: 10, Ramp: Ramp{Start: 100, Factor: 2, Period: time.Second, IdleReset: 2 * time.Second}}
+	require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+	bad := pool
+	bad.Ramp.Factor = 3
+	require.ErrorIs(t, EnsurePool(context.Background(), c, prefix, bad), ErrPoolMismatch, "a different ramp is a different pool")
+
+	a := start(t, testConfig(prefix, "a", pool), c)
+	a.SetDemand(ingest.Inf)
+	poll(t, func() bool { return a.Rate(time.Now()) > 0 }, "a starts")
+	epochMS, err := c.Get(context.Background(), keysFor(prefix, "ramp").rampEpoch()).Int64()
+	require.NoError(t, err)
+	epoch := time.UnixMilli(epochMS)
+	require.WithinDuration(t, time.Now(), epoch, time.Second)
+	require.InDelta(t, 100, a.Effective(epoch), 1e-9, "the ramp starts at 100/s")
+
+	b := start(t, testConfig(prefix, "b", pool), c)
+	b.SetDemand(ingest.Inf)
+	poll(t, func() bool { return len(b.Held()) > 0 }, "b joins")
+	at := time.Now().Add(time.Second)
+	require.Equal(t, a.Effective(at), b.Effective(at), "both compute the same effective rate from the shared epoch")
+	require.InDelta(t, 100*math.Pow(2, at.Sub(epoch).Seconds()), b.Effective(at), 1e-6)
+	poll(t, func() bool { return a.Rate(time.Now())+b.Rate(time.Now()) == 1000 }, "the ramp reaches the capacity after log2(10) ≈ 3.3 s")
+}
