@@ -295,8 +295,8 @@ func simConfig(c *cli.Context, prefix string, capacity float64) (sink.SimConfig,
 func poolCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "pool",
-		Usage: "inspect capacity pools",
-		Subcommands: []*cli.Command{{
+		Usage: "inspect and change capacity pools",
+		Subcommands: []*cli.Command{poolSetCommand(), {
 			Name:         "status",
 			Usage:        "show a pool's definition, its members' demand, and who holds which partition",
 			Flags:        concat(inCategory(catConnect, stringFlag("redis-addr", "127.0.0.1:6379", "Redis `host:port`")), []cli.Flag{stringFlag("pool", "default", "pool `name`"), boolFlag("json", "print JSON")}),

@@ -84,6 +84,12 @@ func poolFlags() []cli.Flag {
 		stringFlag("cost", "1", "cost `rule` of a record when --unit cost: N units per record (e.g. 10 RU per write) or N/KiB (N units per started KiB of payload)"),
 		intFlag("partitions", 20, "capacity partitions the pool is split into; each is leased whole"),
 		durationFlag("lease-ttl", 15*time.Second, "lease time-to-live; renewed at a third of it"),
+		intFlag("reserved-partitions", 0, "partitions this worker holds for its lifetime whatever its demand; the rest are shared on demand"),
+		stringFlag("ramp", "", "ramp-up preset for new key ranges: gcs (1,000 units/s doubling every 20 min, Cloud Storage) or firestore (500 ×1.5 every 5 min); the --ramp-* flags override its fields"),
+		floatFlag("ramp-start", 0, "ramp-up: effective rate at the start, `units/s` (0: no ramp)"),
+		floatFlag("ramp-factor", 0, "ramp-up: the effective rate is multiplied by this every --ramp-period (> 1)"),
+		durationFlag("ramp-period", 0, "ramp-up: how often the effective rate grows by --ramp-factor"),
+		durationFlag("ramp-idle-reset", 24*time.Hour, "ramp-up: the ramp starts over after the pool has had no demand this long"),
 	)
 }
 

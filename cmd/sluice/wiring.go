@@ -26,8 +26,9 @@ type settings struct {
 	redisAddrs []string
 	sinkURL    string
 
-	pool    lease.Pool
-	pricing ingest.Pricing
+	pool     lease.Pool
+	reserved int
+	pricing  ingest.Pricing
 
 	topic, group, idField        string
 	slice, guard, requestTimeout time.Duration
@@ -72,6 +73,13 @@ func readSettings(c *cli.Context) (settings, error) {
 	if s.group == "" {
 		s.group = "sluice-" + s.topic
 	}
+	if s.pool.Ramp, err = readRamp(c); err != nil {
+		return s, err
+	}
+	s.reserved = c.Int("reserved-partitions")
+	if s.reserved < 0 || s.reserved > s.pool.Partitions {
+		return s, fmt.Errorf("--reserved-partitions: must be within 0..%d (--partitions), got %d", s.pool.Partitions, s.reserved)
+	}
 	switch {
 	case len(s.brokers) == 0:
 		return s, errors.New("--brokers: at least one host:port is required")
@@ -92,6 +100,34 @@ func readSettings(c *cli.Context) (settings, error) {
 		return s, err
 	}
 	return s, nil
+}
+
+// readRamp reads --ramp and the --ramp-* flags; a preset's fields are
+// overridden by the flags given.
+func readRamp(c *cli.Context) (lease.Ramp, error) {
+	var r lease.Ramp
+	switch preset := c.String("ramp"); preset {
+	case "":
+	case "gcs":
+		r = lease.RampGCS
+	case "firestore":
+		r = lease.RampFirestore
+	default:
+		return r, fmt.Errorf("--ramp: unknown preset %q (want gcs or firestore)", preset)
+	}
+	if c.IsSet("ramp-start") {
+		r.Start = c.Float64("ramp-start")
+	}
+	if c.IsSet("ramp-factor") {
+		r.Factor = c.Float64("ramp-factor")
+	}
+	if c.IsSet("ramp-period") {
+		r.Period = c.Duration("ramp-period")
+	}
+	if r.On() {
+		r.IdleReset = c.Duration("ramp-idle-reset")
+	}
+	return r, nil
 }
 
 // sinkBaseURL checks the --sink URL.
@@ -150,7 +186,7 @@ func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerI
 		return nil, nil, err
 	}
 	mgr, err := lease.New(lease.Config{
-		Pool: s.pool, WorkerID: workerID, RequestTimeout: s.requestTimeout, Slice: s.slice, Logger: log,
+		Pool: s.pool, WorkerID: workerID, RequestTimeout: s.requestTimeout, Slice: s.slice, Logger: log, Reserved: s.reserved,
 	}, clients...)
 	if err != nil {
 		return nil, nil, usageError(err)

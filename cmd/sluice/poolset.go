@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sluicehq/sluice/lease"
+)
+
+// poolSetCommand is `sluice pool set`: a live change of a pool's capacity
+// or partitions.
+func poolSetCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "set",
+		Usage: "change a pool's capacity or partitions while its workers run",
+		Description: "Stores the new definition with a switch instant --switch-after from now (default:\n" +
+			"one renewal interval, a third of the lease TTL). Every worker reads the definition\n" +
+			"every 100 ms and switches at that instant, so the workers together never exceed the\n" +
+			"old capacity before it nor the new one after it. Start new workers with the new values.",
+		Flags: concat(inCategory(catConnect, stringFlag("redis-addr", "127.0.0.1:6379", "Redis `host:port[,host:port...]`")), []cli.Flag{
+			stringFlag("pool", "default", "pool `name`"),
+			floatFlag("capacity", 0, "new capacity in `units/s` (0: unchanged)"),
+			intFlag("partitions", 0, "new number of partitions (0: unchanged)"),
+			durationFlag("switch-after", 0, "when the change takes effect, from now (default: a third of the lease TTL, at least 1s)"),
+		}),
+		OnUsageError: onUsageError,
+		Action: func(c *cli.Context) error {
+			capacity, partitions := c.Float64("capacity"), c.Int("partitions")
+			switch {
+			case capacity == 0 && partitions == 0:
+				return usageError(errors.New("pool set: give --capacity, --partitions or both"))
+			case capacity < 0:
+				return usageError(fmt.Errorf("--capacity: must be > 0 (got %v)", capacity))
+			case partitions < 0:
+				return usageError(fmt.Errorf("--partitions: must be ≥ 1 (got %d)", partitions))
+			}
+			clients := redisClients(splitList(c.String("redis-addr")))
+			defer closeAll(clients)
+			ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+			defer cancel()
+			name := c.String("pool")
+			lead := c.Duration("switch-after")
+			if lead == 0 {
+				st, err := lease.Status(ctx, clients[0], "", name)
+				if err != nil {
+					return poolError(err)
+				}
+				lead = max(st.Pool.TTL/3, time.Second)
+			}
+			now := time.Now()
+			var next lease.Pool
+			for _, rc := range clients {
+				var err error
+				if next, err = lease.SetPool(ctx, rc, "", name, capacity, partitions, lead, now); err != nil {
+					return poolError(err)
+				}
+			}
+			fmt.Fprintf(c.App.Writer, "pool %s: %s from %s (was capacity %v, %d partitions)\n",
+				name, next, next.Switch.At.Format(time.RFC3339Nano), next.Switch.Capacity, next.Switch.Partitions)
+			return nil
+		},
+	}
+}
+
+// poolError makes a pool's definition errors usage errors (exit 2).
+func poolError(err error) error {
+	if errors.Is(err, lease.ErrNoPool) || errors.Is(err, lease.ErrInvalidPool) || errors.Is(err, lease.ErrSwitchPending) || errors.Is(err, lease.ErrPoolMismatch) {
+		return usageError(err)
+	}
+	return err
+}
