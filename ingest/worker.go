@@ -52,6 +52,9 @@ type WorkerConfig struct {
 	// Counters receives the running totals; several workers may share one.
 	// Default: a Counters of the worker's own.
 	Counters *Counters
+	// ObserveWrite, when set, is called after every sink write attempt with
+	// the batch size in records and how long the attempt took (metrics).
+	ObserveWrite func(records int, took time.Duration)
 	// Processor applies the record type's rules (validation, enrichment,
 	// sink key) to each fetched record after its ID is set and before it is
 	// priced. Default: none.
@@ -438,7 +441,11 @@ func (w *Worker) write(ctx context.Context, batch []*item) {
 	}
 	w.c.requests.Add(1)
 	w.c.attempts.Add(int64(len(batch)))
+	began := time.Now()
 	results, err := w.p.Sink.Write(ctx, recs)
+	if w.cfg.ObserveWrite != nil {
+		w.cfg.ObserveWrite(len(recs), time.Since(began))
+	}
 	if ctx.Err() != nil {
 		return // shutting down: redelivered later
 	}

@@ -211,6 +211,7 @@ type Manager struct {
 	cooling   []cooling // released leases waiting a slice to be unlocked (Run loop only)
 
 	defReadAt time.Time // last successful read of the definition (Run loop only)
+	events    Events
 
 	mu     sync.Mutex
 	demand float64       // units/s, from SetDemand
@@ -226,6 +227,27 @@ type held struct {
 	mutex     *redsync.Mutex
 	count     span      // [acquired or re-counted, Until − Margin)
 	renewedAt time.Time // start of the last successful lock or extend
+}
+
+// Events counts a Manager's lease events since it was created. Safe for
+// concurrent use; read it with Snapshot.
+type Events struct {
+	acquired, renewed, lost, released, failed atomic.Int64
+}
+
+// EventCounts is a snapshot of Events.
+type EventCounts struct {
+	Acquired int64 // leases taken
+	Renewed  int64 // successful extends
+	Lost     int64 // leases dropped because an extend failed or came too late
+	Released int64 // leases given back (lower demand, shutdown)
+	Failed   int64 // acquire attempts that did not get the partition
+}
+
+// Events returns the lease event counts so far.
+func (m *Manager) Events() EventCounts {
+	e := &m.events
+	return EventCounts{e.acquired.Load(), e.renewed.Load(), e.lost.Load(), e.released.Load(), e.failed.Load()}
 }
 
 // New returns a Manager for cfg over clients, one per independent Redis
@@ -490,6 +512,7 @@ func (m *Manager) dropExpired(ctx context.Context) {
 	for _, h := range gone {
 		m.log.Warn("lease stopped counting before renewal", "partition", h.partition)
 	}
+	m.events.lost.Add(int64(len(gone)))
 	m.unlock(ctx, gone)
 }
 
@@ -538,6 +561,7 @@ func (m *Manager) renew(ctx context.Context, h *held) bool {
 	ok, err := h.mutex.ExtendContext(rctx)
 	if ok && err == nil {
 		if m.extended(h, start) {
+			m.events.renewed.Add(1)
 			return true
 		}
 		err = redsync.ErrExtendFailed
@@ -546,6 +570,7 @@ func (m *Manager) renew(ctx context.Context, h *held) bool {
 		err = redsync.ErrExtendFailed
 	}
 	m.stopCounting([]*held{h})
+	m.events.lost.Add(1)
 	if ctx.Err() == nil {
 		m.log.Warn("lease renewal failed; partition dropped", "partition", h.partition, "err", err)
 	}
@@ -589,6 +614,7 @@ func (m *Manager) release(ctx context.Context, n int) {
 	}
 	m.mu.Unlock()
 	m.stopCounting(hs)
+	m.events.released.Add(int64(len(hs)))
 	// Unlock a slice later: a pacer's sends just before it stopped counting
 	// a partition were justified by credit that reaches back up to a slice
 	// before any window it still sends in, so a peer must not start earning
@@ -673,6 +699,7 @@ func (m *Manager) tryLock(ctx context.Context, p int) *held {
 	)
 	start := time.Now()
 	if err := mu.TryLockContext(ctx); err != nil {
+		m.events.failed.Add(1)
 		if re := (*redsync.RedisError)(nil); errors.As(err, &re) && ctx.Err() == nil {
 			m.logErr("lease_acquire", "lease acquire failed", err, "partition", p)
 		}
@@ -691,6 +718,7 @@ func (m *Manager) tryLock(ctx context.Context, p int) *held {
 		m.unlock(ctx, []*held{h})
 		return nil
 	}
+	m.events.acquired.Add(1)
 	m.log.Debug("lease acquired", "partition", p)
 	return h
 }
@@ -802,6 +830,7 @@ func (m *Manager) shutdown(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	m.stopCounting(hs)
+	m.events.released.Add(int64(len(hs)))
 	// As for a release: a slice between the last counted instant and the
 	// unlock, so no peer earns on these partitions while the last slice's
 	// credit can still reach into a sink-side window.

@@ -75,7 +75,7 @@
 // the next slice the rate is cut to Config.Cut (0.7) × the current rate, once
 // per slice however many writes were throttled, and every slice without a
 // throttle raises the ceiling by Config.Recovery (10 %) of the leased rate per
-// second until it reaches the leased rate and is lifted. Feedback counts the
+// second until it reaches the leased rate and is lifted. Stats counts the
 // cuts and the recoveries. The ceiling only ever lowers the rate below the
 // leases, so the pool guarantee is unaffected.
 //

@@ -77,11 +77,16 @@ type Pacer struct {
 	cut, recovery float64
 	throttled     bool    // the sink throttled since the last slice opened
 	ceiling       float64 // throttle ceiling in units/s; 0: none
-	stats         FeedbackStats
+	stats         Stats
 }
 
-// FeedbackStats counts the pacer's reactions to throttling.
-type FeedbackStats struct {
+// Stats counts what a pacer released and how it reacted to throttling.
+type Stats struct {
+	// Slices is the number of slices opened.
+	Slices int64
+	// Budget is the units granted over all slices; Spent the units the
+	// pipeline reported sending (corrections included).
+	Budget, Spent int64
 	// Cuts is the number of slices whose rate was cut because the sink
 	// throttled during the one before.
 	Cuts int64
@@ -166,6 +171,8 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 		budget, wait := p.openSlice(time.Now(), max(want, 0), deadline)
 		if wait.IsZero() {
 			p.next = open.Add(p.slice)
+			p.stats.Slices++
+			p.stats.Budget += budget
 			p.mu.Unlock()
 			return budget, nil
 		}
@@ -190,6 +197,7 @@ func (p *Pacer) Spend(units int64) {
 	now := time.Now()
 	p.prune(now)
 	p.spends = append(p.spends, spend{at: now, units: units})
+	p.stats.Spent += units
 	var take int64
 	if p.lim != nil {
 		take = min(units, wholeUnits(p.lim.TokensAt(now)))
@@ -212,8 +220,8 @@ func (p *Pacer) Throttled() {
 	p.mu.Unlock()
 }
 
-// Feedback returns the throttle feedback counters.
-func (p *Pacer) Feedback() FeedbackStats {
+// Stats returns the pacer's counters.
+func (p *Pacer) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.stats

@@ -599,27 +599,30 @@ func TestThrottleFeedbackCutsAndRecovers(t *testing.T) {
 		b := next()
 		require.LessOrEqual(t, b, int64(140), "×0.7 of 1,000/s over one slice")
 		require.Positive(t, b)
-		require.Equal(t, pacing.FeedbackStats{Cuts: 1, Ceiling: 700}, p.Feedback())
+		require.EqualValues(t, 1, p.Stats().Cuts)
+		require.InDelta(t, 700, p.Stats().Ceiling, 1e-9)
 
 		// A second throttled slice cuts again, from the ceiling.
 		p.Throttled()
 		next()
-		require.InDelta(t, 490, p.Feedback().Ceiling, 1e-9)
+		require.InDelta(t, 490, p.Stats().Ceiling, 1e-9)
 
 		// Additive recovery: +10 % of the leased rate per second, i.e.
 		// +20 units/s per 200 ms slice, from 490 to 1,000 in 26 slices.
 		slices := 0
-		for p.Feedback().Ceiling > 0 {
-			before := p.Feedback().Ceiling
+		for p.Stats().Ceiling > 0 {
+			before := p.Stats().Ceiling
 			next()
-			if c := p.Feedback().Ceiling; c > 0 {
+			if c := p.Stats().Ceiling; c > 0 {
 				require.InDelta(t, before+20, c, 1e-9)
 			}
 			slices++
 			require.Less(t, slices, 100, "the ceiling never lifts")
 		}
 		require.Equal(t, 26, slices)
-		require.Equal(t, pacing.FeedbackStats{Cuts: 2, Recoveries: 1}, p.Feedback())
+		st := p.Stats()
+		require.Equal(t, [3]float64{2, 1, 0}, [3]float64{float64(st.Cuts), float64(st.Recoveries), st.Ceiling})
+		require.Equal(t, st.Budget, st.Spent, "every budget spent")
 		next()
 		require.EqualValues(t, 200, next(), "back to full slices at the leased rate")
 	})

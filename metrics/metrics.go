@@ -1,0 +1,237 @@
+// Package metrics exposes a sluice process to Prometheus: what its workers
+// lease, release and write, read from the components at scrape time, and a
+// server for /metrics, /healthz and /readyz.
+//
+// Every metric carries the label pool; per-worker metrics also carry
+// worker (the lease worker ID). Metrics, with their units:
+//
+//	sluice_pool_capacity_units_per_second        gauge    the pool's capacity in force (units/s)
+//	sluice_pool_effective_units_per_second       gauge    the pool's effective rate: the capacity, or less while ramping up (units/s)
+//	sluice_leased_units_per_second               gauge    the rate the worker's valid leases allow (units/s)
+//	sluice_leases_held                           gauge    partitions the worker holds
+//	sluice_reserved_partitions_missing           gauge    reserved partitions the worker could not take yet
+//	sluice_lease_events_total{event}             counter  acquired, renewed, lost, released, failed (acquire attempts that missed)
+//	sluice_slices_total                          counter  slices opened by the pacer
+//	sluice_slice_budget_units_total              counter  units granted by the pacer's slices
+//	sluice_slice_used_units_total                counter  units sent (retries and charge corrections included)
+//	sluice_throttle_cuts_total                   counter  slices whose rate was cut because the sink throttled
+//	sluice_throttle_recoveries_total             counter  times the throttle ceiling climbed back to the leased rate
+//	sluice_throttle_ceiling_units_per_second     gauge    the current throttle ceiling, 0 when none (units/s)
+//	sluice_records_total{outcome}                counter  delivered, duplicate (part of delivered), dead_lettered
+//	sluice_sink_requests_total                   counter  write requests sent to the sink
+//	sluice_sink_record_attempts_total{result}    counter  record attempts: all, throttled (429), retried
+//	sluice_consumer_lag_records                  gauge    records waiting in the queue beyond those fetched (-1 unknown)
+//	sluice_eta_seconds                           gauge    lag ÷ the leased rate in records/s (-1 when unknown or no rate)
+//	sluice_batch_duration_seconds                histogram sink write attempts, by duration (seconds)
+//
+// Units are the pool's unit (records, bytes or cost units such as RU).
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/pacing"
+)
+
+// Worker is what the collector reads about one worker stack. Pool and
+// Lease are required; the rest may be nil.
+type Worker struct {
+	Pool  string
+	Lease *lease.Manager
+	Pacer *pacing.Pacer
+	// Lag returns the consumer lag in records (-1 unknown).
+	Lag func() int64
+}
+
+// Collector is a prometheus.Collector over a process's workers. Counters
+// shared by the workers of one pool (bulk-load runs several) are reported
+// once per pool.
+type Collector struct {
+	workers  []Worker
+	counters map[string]*ingest.Counters // pool → totals
+	batch    *prometheus.HistogramVec
+}
+
+// New returns a Collector and registers it, with its batch histogram, on
+// reg. It returns the registration error (e.g. a duplicate registration).
+func New(reg prometheus.Registerer) (*Collector, error) {
+	c := &Collector{
+		counters: map[string]*ingest.Counters{},
+		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_batch_duration_seconds",
+			Help:    "Sink write attempts by duration, in seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14), // 1 ms .. 8 s
+		}, []string{"pool"}),
+	}
+	if err := reg.Register(c); err != nil {
+		return nil, fmt.Errorf("metrics: register: %w", err)
+	}
+	if err := reg.Register(c.batch); err != nil {
+		return nil, fmt.Errorf("metrics: register: %w", err)
+	}
+	return c, nil
+}
+
+// Add starts reporting w, and counters as its pool's totals. Call it before
+// the first scrape (it is not synchronized with Collect).
+func (c *Collector) Add(w Worker, counters *ingest.Counters) {
+	c.workers = append(c.workers, w)
+	if counters != nil {
+		c.counters[w.Pool] = counters
+	}
+}
+
+// ObserveWrite returns a hook for ingest.WorkerConfig.ObserveWrite that
+// feeds the batch histogram of pool.
+func (c *Collector) ObserveWrite(pool string) func(records int, took time.Duration) {
+	h := c.batch.WithLabelValues(pool)
+	return func(_ int, took time.Duration) { h.Observe(took.Seconds()) }
+}
+
+var (
+	poolLabels   = []string{"pool"}
+	workerLabels = []string{"pool", "worker"}
+
+	descCapacity   = prometheus.NewDesc("sluice_pool_capacity_units_per_second", "The pool's capacity in force, in units/s.", poolLabels, nil)
+	descEffective  = prometheus.NewDesc("sluice_pool_effective_units_per_second", "The pool's effective rate (capacity, or less while ramping up), in units/s.", poolLabels, nil)
+	descLeased     = prometheus.NewDesc("sluice_leased_units_per_second", "The rate the worker's valid leases allow, in units/s.", workerLabels, nil)
+	descHeld       = prometheus.NewDesc("sluice_leases_held", "Capacity partitions the worker holds.", workerLabels, nil)
+	descMissing    = prometheus.NewDesc("sluice_reserved_partitions_missing", "Reserved partitions the worker could not take yet.", workerLabels, nil)
+	descEvents     = prometheus.NewDesc("sluice_lease_events_total", "Lease events by kind.", append(workerLabels, "event"), nil)
+	descSlices     = prometheus.NewDesc("sluice_slices_total", "Slices opened by the pacer.", workerLabels, nil)
+	descBudget     = prometheus.NewDesc("sluice_slice_budget_units_total", "Units granted by the pacer's slices.", workerLabels, nil)
+	descUsed       = prometheus.NewDesc("sluice_slice_used_units_total", "Units sent, retries and charge corrections included.", workerLabels, nil)
+	descCuts       = prometheus.NewDesc("sluice_throttle_cuts_total", "Slices whose rate was cut because the sink throttled.", workerLabels, nil)
+	descRecoveries = prometheus.NewDesc("sluice_throttle_recoveries_total", "Times the throttle ceiling climbed back to the leased rate.", workerLabels, nil)
+	descCeiling    = prometheus.NewDesc("sluice_throttle_ceiling_units_per_second", "The current throttle ceiling in units/s, 0 when none.", workerLabels, nil)
+	descLag        = prometheus.NewDesc("sluice_consumer_lag_records", "Records waiting in the queue beyond those fetched (-1 unknown).", workerLabels, nil)
+	descETA        = prometheus.NewDesc("sluice_eta_seconds", "Seconds to drain the lag at the leased rate (-1 unknown).", workerLabels, nil)
+	descRecords    = prometheus.NewDesc("sluice_records_total", "Finished records by outcome.", append(poolLabels, "outcome"), nil)
+	descRequests   = prometheus.NewDesc("sluice_sink_requests_total", "Write requests sent to the sink.", poolLabels, nil)
+	descAttempts   = prometheus.NewDesc("sluice_sink_record_attempts_total", "Record attempts sent to the sink, all, throttled (429) and retried.", append(poolLabels, "result"), nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCapacity, descEffective, descLeased, descHeld, descMissing, descEvents,
+		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descAttempts} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	pools := map[string]bool{}
+	for _, w := range c.workers {
+		id := w.Lease.WorkerID()
+		if !pools[w.Pool] {
+			pools[w.Pool] = true
+			gauge(descCapacity, w.Lease.Pool().Capacity, w.Pool)
+			gauge(descEffective, w.Lease.Effective(now), w.Pool)
+		}
+		rate := w.Lease.Rate(now)
+		gauge(descLeased, rate, w.Pool, id)
+		gauge(descHeld, float64(len(w.Lease.Held())), w.Pool, id)
+		gauge(descMissing, float64(w.Lease.ReservedShort()), w.Pool, id)
+		ev := w.Lease.Events()
+		for event, n := range map[string]int64{"acquired": ev.Acquired, "renewed": ev.Renewed, "lost": ev.Lost, "released": ev.Released, "failed": ev.Failed} {
+			counter(descEvents, n, w.Pool, id, event)
+		}
+		if w.Pacer != nil {
+			st := w.Pacer.Stats()
+			counter(descSlices, st.Slices, w.Pool, id)
+			counter(descBudget, st.Budget, w.Pool, id)
+			counter(descUsed, st.Spent, w.Pool, id)
+			counter(descCuts, st.Cuts, w.Pool, id)
+			counter(descRecoveries, st.Recoveries, w.Pool, id)
+			gauge(descCeiling, st.Ceiling, w.Pool, id)
+		}
+		lag := int64(-1)
+		if w.Lag != nil {
+			lag = w.Lag()
+		}
+		gauge(descLag, float64(lag), w.Pool, id)
+		gauge(descETA, eta(lag, rate, c.counters[w.Pool]), w.Pool, id)
+	}
+	for pool, ctr := range c.counters {
+		t := ctr.Totals()
+		counter(descRecords, t.Delivered, pool, "delivered")
+		counter(descRecords, t.Duplicates, pool, "duplicate")
+		counter(descRecords, t.DeadLettered, pool, "dead_lettered")
+		counter(descRequests, t.Requests, pool)
+		counter(descAttempts, t.Attempts, pool, "all")
+		counter(descAttempts, t.Throttled, pool, "throttled")
+		counter(descAttempts, t.Retried, pool, "retried")
+	}
+}
+
+// eta is the seconds to drain lag records at rate units/s, converting with
+// the average units per delivered record so far (1 before any); -1 when the
+// lag is unknown or there is no rate.
+func eta(lag int64, rate float64, ctr *ingest.Counters) float64 {
+	if lag < 0 || rate <= 0 {
+		return -1
+	}
+	perRecord := 1.0
+	if ctr != nil {
+		if t := ctr.Totals(); t.Delivered > 0 && t.UnitsDelivered > 0 {
+			perRecord = float64(t.UnitsDelivered) / float64(t.Delivered)
+		}
+	}
+	return float64(lag) * perRecord / rate
+}
+
+// Serve serves /metrics (from gather), /healthz (200 while the process
+// runs) and /readyz (200 when ready returns nil, else 503 with the error) on
+// ln until ctx is done, then shuts down within 5 s. It returns nil after a
+// shutdown caused by ctx.
+func Serve(ctx context.Context, ln net.Listener, gather prometheus.Gatherer, ready func(context.Context) error) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := ready(rctx); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("metrics: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
