@@ -34,6 +34,7 @@ func workerCommand() *cli.Command {
 		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), logFlags(), []cli.Flag{
 			stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)"),
 			topicPartitionsFlag(),
+			metricsFlag(),
 		}),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
@@ -58,12 +59,16 @@ func workerCommand() *cli.Command {
 			if err := ensureTopics(c.Context, s.brokers, s.topic, c.Int("topic-partitions")); err != nil {
 				return err
 			}
-			stack, _, err := workerStack(s, clients, shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters)}, c.String("worker-id"), nil)
+			reg, col, err := newMetrics(c)
+			if err != nil {
+				return err
+			}
+			stack, _, err := workerStack(s, clients, shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters), metrics: col}, c.String("worker-id"), nil)
 			if err != nil {
 				return err
 			}
 			s.log.Info("worker started", "topic", s.topic, "group", s.group, "pool", s.pool.Name)
-			return stack.Run(c.Context)
+			return withMetrics(c.Context, c.String("metrics-addr"), reg, s.brokers, s.topic, stack.Run)
 		},
 	}
 }
@@ -84,6 +89,7 @@ func bulkLoadCommand() *cli.Command {
 			stringFlag("format", "", "input format: csv or ndjson (default: from the extension)"),
 			topicPartitionsFlag(),
 			stringFlag("summary-json", "", "write the summary as JSON to this `FILE`"),
+			metricsFlag(),
 		}, simFlags("sim-"), logFlags()),
 		OnUsageError: onUsageError,
 		Action:       bulkLoad,
@@ -139,7 +145,11 @@ func bulkLoad(c *cli.Context) error {
 	}
 	defer dlq.Close()
 
-	sh := shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters)}
+	reg, col, err := newMetrics(c)
+	if err != nil {
+		return err
+	}
+	sh := shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters), metrics: col}
 	start := make(chan struct{})
 	var stacks []ingest.Runner
 	var managers []*lease.Manager
@@ -174,7 +184,11 @@ func bulkLoad(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	summary, err := load.Run(ctx)
+	var summary ingest.Summary
+	err = withMetrics(ctx, c.String("metrics-addr"), reg, s.brokers, s.topic, func(ctx context.Context) (err error) {
+		summary, err = load.Run(ctx)
+		return err
+	})
 	summary.WriteText(c.App.Writer)
 	if path := c.String("summary-json"); path != "" {
 		data, jerr := json.MarshalIndent(summary, "", "  ")

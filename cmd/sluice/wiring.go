@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/pacing"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sink"
@@ -172,6 +173,7 @@ type shared struct {
 	sink     ingest.Sink
 	dlq      ingest.DeadLetters
 	counters *ingest.Counters
+	metrics  *metrics.Collector // nil without --metrics-addr
 }
 
 // workerStack builds one worker as a separate pod would run it: its own
@@ -195,6 +197,11 @@ func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerI
 	if err != nil {
 		return nil, nil, usageError(err)
 	}
+	var observe func(int, time.Duration)
+	if sh.metrics != nil {
+		sh.metrics.Add(metrics.Worker{Pool: s.pool.Name, Lease: mgr, Pacer: pacer, Lag: src.Lag}, sh.counters)
+		observe = sh.metrics.ObserveWrite(s.pool.Name)
+	}
 	w, err := ingest.NewWorker(ingest.WorkerConfig{
 		Pricing:       s.pricing,
 		IDField:       s.idField,
@@ -207,6 +214,7 @@ func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerI
 		Start:         start,
 		Logger:        log,
 		Counters:      sh.counters,
+		ObserveWrite:  observe,
 	}, ingest.Ports{
 		Source:      src,
 		DeadLetters: sh.dlq,
