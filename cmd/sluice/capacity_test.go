@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/sink"
+)
+
+// These tests run bulk-load in-process against embedded Kafka, a Redis and
+// a sink emulator the test owns, so it can watch and change them mid-run.
+
+func startSim(t *testing.T, cfg sink.SimConfig) (*sink.Sim, string) {
+	t.Helper()
+	sim, err := sink.NewSim(cfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	return sim, srv.URL
+}
+
+// maxWindow is the most units in any run of n consecutive 200 ms buckets
+// whose first bucket starts at or after from and whose last ends by to.
+func maxWindow(st sink.SimStats, n int, from, to time.Time) int64 {
+	var most int64
+	for i := 0; i+n <= len(st.UnitsPer200ms); i++ {
+		start := st.SeriesStart.Add(time.Duration(i) * 200 * time.Millisecond)
+		if start.Before(from) || start.Add(time.Duration(n)*200*time.Millisecond).After(to) {
+			continue
+		}
+		var sum int64
+		for _, u := range st.UnitsPer200ms[i : i+n] {
+			sum += u
+		}
+		most = max(most, sum)
+	}
+	return most
+}
+
+func ndjson(t *testing.T, n int, value func(i int) string) string {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		b.WriteString(value(i))
+		b.WriteByte('\n')
+	}
+	path := filepath.Join(t.TempDir(), "records.ndjson")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o600))
+	return path
+}
+
+func TestBytesPoolWithMixedSizesStaysWithinCapacity(t *testing.T) {
+	t.Parallel()
+	const capacity = 400_000 // bytes/s
+	sim, url := startSim(t, sink.SimConfig{Capacity: capacity, Mode: sink.ModeWindow, Unit: ingest.UnitBytes})
+	sizes := []int{80, 2000, 300, 9000, 40, 1200}
+	path := ndjson(t, 600, func(i int) string {
+		return fmt.Sprintf(`{"id":"b%d","pad":"%s"}`, i, strings.Repeat("x", sizes[i%len(sizes)]))
+	})
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--sink", url, "--unit", "bytes", "--capacity", fmt.Sprint(capacity),
+		"--partitions", "8", "--workers", "2", "--id-field", "id", "--summary-json", summary, path)
+	require.Equal(t, exitOK, code, stderr)
+	s := readSummary(t, summary)
+	st := sim.Snapshot(false)
+	t.Logf("bytes: %d units in %.2f s, max 1 s window %d of %d, throttled %d", s.CostTotal, s.ElapsedS, st.MaxUnits1s, capacity, st.Throttled)
+	require.Equal(t, int64(600), st.Accepted)
+	require.Zero(t, st.Throttled)
+	require.LessOrEqual(t, st.MaxUnits1s, int64(capacity*1.01), "no sliding second over the capacity in bytes (+1 %% jitter)")
+}
+
+func TestLiveCapacityChangeMidRun(t *testing.T) {
+	t.Parallel()
+	sim, url := startSim(t, sink.SimConfig{Capacity: 2000, Mode: sink.ModeWindow})
+	mr := miniredis.RunT(t)
+	mr.ClockTTL(true)
+	path := ndjson(t, 8000, func(i int) string { return fmt.Sprintf(`{"id":"l%d"}`, i) })
+
+	var switchAt time.Time
+	var changed sync.WaitGroup
+	changed.Go(func() {
+		rc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		defer rc.Close()
+		require.Eventually(t, func() bool { return sim.Stats().Accepted > 2500 }, 20*time.Second, 10*time.Millisecond)
+		next, err := lease.SetPool(context.Background(), rc, "", "live", 1000, 0, 2*time.Second, time.Now())
+		if err == nil {
+			switchAt = next.Switch.At
+		}
+		require.NoError(t, err)
+	})
+	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--sink", url, "--redis-addr", mr.Addr(), "--pool", "live",
+		"--capacity", "2000", "--partitions", "10", "--workers", "2", "--id-field", "id", path)
+	changed.Wait()
+	require.Equal(t, exitOK, code, stderr)
+	st := sim.Snapshot(true)
+	before := maxWindow(st, 5, st.SeriesStart, switchAt)
+	after := maxWindow(st, 5, switchAt, time.Now())
+	t.Logf("max 1 s (five 200 ms buckets): %d before the switch, %d after it; series %v", before, after, st.UnitsPer200ms)
+	require.Equal(t, int64(8000), st.Accepted)
+	require.LessOrEqual(t, before, int64(2020), "≤ 2,000 before the switch")
+	require.Greater(t, before, int64(1500), "the old capacity was used")
+	require.LessOrEqual(t, after, int64(1010), "≤ 1,000 from the switch on")
+	require.Greater(t, after, int64(800), "the new capacity is used")
+}
+
+func TestUnleasedClientSharingTheSink(t *testing.T) {
+	t.Parallel()
+	const capacity = 1000
+	sim, url := startSim(t, sink.SimConfig{Capacity: capacity})
+	other, err := sink.NewHTTP(sink.HTTPConfig{URL: url})
+	require.NoError(t, err)
+	path := ndjson(t, 9000, func(i int) string { return fmt.Sprintf(`{"id":"s%d"}`, i) })
+
+	// Another application takes 30 % of the sink for 3 s, without leases.
+	var othersDone time.Time
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		require.Eventually(t, func() bool { return sim.Stats().Accepted > 500 }, 20*time.Second, 5*time.Millisecond)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := range 30 {
+			<-tick.C
+			batch := make([]ingest.Record, 30)
+			for j := range batch {
+				batch[j] = ingest.Record{ID: fmt.Sprintf("other-%d-%d", i, j), Value: []byte(`{}`), Cost: 1}
+			}
+			_, _ = other.Write(context.Background(), batch)
+		}
+		othersDone = time.Now()
+	})
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--sink", url, "--capacity", fmt.Sprint(capacity),
+		"--partitions", "10", "--id-field", "id", "--summary-json", summary, path)
+	wg.Wait()
+	require.Equal(t, exitOK, code, stderr)
+	s := readSummary(t, summary)
+	st := sim.Snapshot(true)
+	tail := maxWindow(st, 5, othersDone.Add(4*time.Second), time.Now().Add(-time.Second))
+	t.Logf("sluice: %d record attempts, %d throttled; after the other client stopped, best second %d of %d", s.SinkRecordAttempts, s.SinkThrottled, tail, capacity)
+	require.Equal(t, int64(9000), s.RecordsDelivered)
+	require.Positive(t, s.SinkThrottled, "the other client's share is felt")
+	require.Less(t, s.SinkThrottled, s.SinkRecordAttempts/10, "throttle feedback keeps 429s bounded")
+	require.Greater(t, tail, int64(capacity*0.9), "back to the leased rate once the other client stopped")
+}
