@@ -44,6 +44,14 @@ type Totals struct {
 	LastDone   time.Time
 }
 
+// unitsPerRecord is the average cost of a delivered record, 1 before any.
+func (t Totals) unitsPerRecord() float64 {
+	if t.Delivered == 0 || t.UnitsDelivered == 0 {
+		return 1
+	}
+	return float64(t.UnitsDelivered) / float64(t.Delivered)
+}
+
 // Finished is the number of records that need no more work.
 func (t Totals) Finished() int64 { return t.Delivered + t.DeadLettered }
 

@@ -117,6 +117,13 @@ type Pacer interface {
 	Spend(units int64)
 }
 
+// BacklogReporter is implemented by capacities that publish the worker's
+// backlog, for the pool's ETA: the units waiting for it (queue lag and
+// what it fetched), -1 when unknown.
+type BacklogReporter interface {
+	SetBacklog(units float64)
+}
+
 // ThrottleFeedback is implemented by pacers that slow down when the sink
 // throttles although the worker kept to its leases (another application
 // shares the service). The worker reports each write attempt that had a

@@ -396,10 +396,19 @@ func (w *Worker) settle(ctx context.Context) {
 // beyond this slice's budget.
 func (w *Worker) setDemand(backlog bool) {
 	w.mu.Lock()
-	retrying := len(w.retries) > 0
+	retrying := len(w.retries)
 	w.mu.Unlock()
-	idle := !retrying && len(w.fetched) == 0
+	idle := retrying == 0 && len(w.fetched) == 0
 	w.p.Capacity.SetDemand(w.demand.estimate(time.Now(), backlog, idle))
+	if br, ok := w.p.Capacity.(BacklogReporter); ok {
+		units := -1.0
+		if w.demand.lag != nil {
+			if lag := w.demand.lag(); lag >= 0 {
+				units = float64(lag+int64(len(w.fetched)+retrying)) * w.c.Totals().unitsPerRecord()
+			}
+		}
+		br.SetBacklog(units)
+	}
 }
 
 // setPrefetch keeps fetched ahead the larger of two slices' budget and half

@@ -213,11 +213,12 @@ type Manager struct {
 	defReadAt time.Time // last successful read of the definition (Run loop only)
 	events    Events
 
-	mu     sync.Mutex
-	demand float64       // units/s, from SetDemand
-	held   map[int]*held // partition → lease
-	ledger ledger        // leases that stopped counting
-	sched  schedule      // the pool's effective rate over time, as last read from Redis
+	mu      sync.Mutex
+	demand  float64       // units/s, from SetDemand
+	backlog float64       // units, from SetBacklog; -1 unknown
+	held    map[int]*held // partition → lease
+	ledger  ledger        // leases that stopped counting
+	sched   schedule      // the pool's effective rate over time, as last read from Redis
 }
 
 // held is one lease. mutex is used only by the Run loop (and the renewal
@@ -276,6 +277,7 @@ func New(cfg Config, clients ...redis.UniversalClient) (*Manager, error) {
 		wake:      make(chan struct{}, 1),
 		held:      make(map[int]*held),
 		sched:     schedule{pool: cfg.Pool},
+		backlog:   -1,
 	}, nil
 }
 
@@ -341,6 +343,15 @@ func (m *Manager) Credit(from, to time.Time) float64 {
 		}
 	}
 	return credit
+}
+
+// SetBacklog announces how many units wait for the worker (its queue lag
+// and what it fetched), for the pool's ETA in `sluice pool status`; -1 when
+// unknown.
+func (m *Manager) SetBacklog(units float64) {
+	m.mu.Lock()
+	m.backlog = units
+	m.mu.Unlock()
 }
 
 // SetDemand announces how many units/s the worker could use (+Inf with a
@@ -423,7 +434,7 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	}
 
 	m.mu.Lock()
-	me := announcement{Want: m.wantLocked(), Demand: m.demand, Reserved: m.cfg.Reserved}
+	me := announcement{Want: m.wantLocked(), Demand: m.demand, Reserved: m.cfg.Reserved, Backlog: m.backlog}
 	m.ledger.prune(time.Now().Add(-HistoryKeep))
 	m.mu.Unlock()
 

@@ -43,15 +43,18 @@ type announcement struct {
 	Want     int     // partitions wanted, 0..P, reserved ones included
 	Demand   float64 // units/s, may be +Inf
 	Reserved int     // partitions held for the worker's lifetime, 0..P
+	Backlog  float64 // units waiting for the worker (queue lag and fetched), -1 unknown
 }
 
 func (a announcement) encode() string {
-	return strconv.Itoa(a.Want) + " " + strconv.FormatFloat(a.Demand, 'g', -1, 64) + " " + strconv.Itoa(a.Reserved)
+	return strconv.Itoa(a.Want) + " " + strconv.FormatFloat(a.Demand, 'g', -1, 64) + " " + strconv.Itoa(a.Reserved) +
+		" " + strconv.FormatFloat(a.Backlog, 'g', -1, 64)
 }
 
 func decodeAnnouncement(v string) (announcement, error) {
 	wantS, rest, _ := strings.Cut(v, " ")
-	demandS, reservedS, _ := strings.Cut(rest, " ")
+	demandS, rest, _ := strings.Cut(rest, " ")
+	reservedS, backlogS, _ := strings.Cut(rest, " ")
 	want, err := strconv.Atoi(wantS)
 	if err != nil {
 		return announcement{}, fmt.Errorf("member value %q: %w", v, err)
@@ -68,7 +71,13 @@ func decodeAnnouncement(v string) (announcement, error) {
 			return announcement{}, fmt.Errorf("member value %q: %w", v, err)
 		}
 	}
-	return announcement{Want: want, Demand: demand, Reserved: reserved}, nil
+	backlog := -1.0
+	if backlogS != "" {
+		if backlog, err = strconv.ParseFloat(backlogS, 64); err != nil {
+			return announcement{}, fmt.Errorf("member value %q: %w", v, err)
+		}
+	}
+	return announcement{Want: want, Demand: demand, Reserved: reserved, Backlog: backlog}, nil
 }
 
 // announce publishes worker's demand for ttl.

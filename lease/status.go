@@ -20,8 +20,19 @@ import (
 type PoolStatus struct {
 	// Pool is the stored definition.
 	Pool Pool `json:"pool"`
-	// PartitionRate is Capacity / Partitions, in units/s.
+	// PartitionRate is EffectiveRate / Partitions, in units/s.
 	PartitionRate float64 `json:"partition_rate"`
+	// EffectiveRate is the pool's rate now, in units/s: its capacity, or
+	// less while a ramp climbs.
+	EffectiveRate float64 `json:"effective_rate"`
+	// Backlog is the units the members announced waiting for them, -1 when
+	// none announced it.
+	Backlog float64 `json:"backlog_units"`
+	// ETA is Backlog ÷ EffectiveRate, the time to drain the backlog at the
+	// pool's full rate; -1 when unknown.
+	ETA time.Duration `json:"-"`
+	// ETASeconds is ETA in seconds, for JSON.
+	ETASeconds float64 `json:"eta_s"`
 	// Members are the workers announcing demand, by worker ID.
 	Members []MemberStatus `json:"members"`
 	// Partitions are all P partitions, by index.
@@ -40,6 +51,8 @@ type MemberStatus struct {
 	Reserved int `json:"reserved_partitions"`
 	// Holds is how many partitions the worker holds.
 	Holds int `json:"holds_partitions"`
+	// Backlog is the units waiting for the worker, -1 unknown.
+	Backlog float64 `json:"backlog_units"`
 }
 
 // MarshalJSON encodes the demand as a number, or "+Inf".
@@ -93,7 +106,15 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return PoolStatus{}, fmt.Errorf("lease: read partitions of pool %q: %w", pool, err)
 	}
-	st := PoolStatus{Pool: p, PartitionRate: p.PartitionRate(), Partitions: make([]PartitionStatus, p.Partitions)}
+	sched := schedule{pool: p}
+	if p.Ramp.On() {
+		if ms, err := client.Get(ctx, k.rampEpoch()).Int64(); err == nil {
+			sched.epoch = time.UnixMilli(ms)
+		}
+	}
+	now := time.Now()
+	st := PoolStatus{Pool: p, PartitionRate: sched.partitionRate(now), EffectiveRate: sched.effective(now),
+		Backlog: -1, ETA: -1, ETASeconds: -1, Partitions: make([]PartitionStatus, p.Partitions)}
 	holds := map[string]int{}
 	for i := range p.Partitions {
 		ps := PartitionStatus{Partition: i}
@@ -106,11 +127,18 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 		st.Partitions[i] = ps
 	}
 	for w, a := range members {
-		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: a.Demand, Reserved: a.Reserved, Holds: holds[w]})
+		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: a.Demand, Reserved: a.Reserved, Holds: holds[w], Backlog: a.Backlog})
 		delete(holds, w)
+		if a.Backlog >= 0 {
+			st.Backlog = max(st.Backlog, 0) + a.Backlog
+		}
+	}
+	if st.Backlog >= 0 && st.EffectiveRate > 0 {
+		st.ETASeconds = st.Backlog / st.EffectiveRate
+		st.ETA = time.Duration(st.ETASeconds * float64(time.Second))
 	}
 	for w, n := range holds { // holders that are no longer members (crashed, or just leaving)
-		st.Members = append(st.Members, MemberStatus{Worker: w, Holds: n})
+		st.Members = append(st.Members, MemberStatus{Worker: w, Holds: n, Backlog: -1})
 	}
 	slices.SortFunc(st.Members, func(a, b MemberStatus) int { return cmp.Compare(a.Worker, b.Worker) })
 	return st, nil
@@ -120,6 +148,15 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 func (s PoolStatus) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %s: %s (%v %s/s per partition)\n", s.Pool.Name, s.Pool, s.PartitionRate, s.Pool.Unit)
+	if s.EffectiveRate != s.Pool.Capacity {
+		fmt.Fprintf(&b, "effective rate: %v %s/s (ramping up)\n", s.EffectiveRate, s.Pool.Unit)
+	}
+	if sw := s.Pool.Switch; sw != nil && sw.At.After(time.Now()) {
+		fmt.Fprintf(&b, "switching at %s (until then: capacity %v, %d partitions)\n", sw.At.Format(time.RFC3339), sw.Capacity, sw.Partitions)
+	}
+	if s.Backlog >= 0 {
+		fmt.Fprintf(&b, "backlog: %v %s, ETA %v at the pool's rate\n", s.Backlog, s.Pool.Unit, s.ETA.Round(100*time.Millisecond))
+	}
 	fmt.Fprintf(&b, "members (%d):\n", len(s.Members))
 	for _, m := range s.Members {
 		reserved := ""

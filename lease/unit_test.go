@@ -94,7 +94,7 @@ func TestFairShareWithReserved(t *testing.T) {
 
 func TestAnnouncementRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, a := range []announcement{{Want: 3, Demand: 250}, {Want: 20, Demand: math.Inf(1), Reserved: 4}, {}} {
+	for _, a := range []announcement{{Want: 3, Demand: 250, Backlog: -1}, {Want: 20, Demand: math.Inf(1), Reserved: 4, Backlog: 12000}, {}} {
 		got, err := decodeAnnouncement(a.encode())
 		require.NoError(t, err)
 		require.Equal(t, a, got)
@@ -102,7 +102,7 @@ func TestAnnouncementRoundTrip(t *testing.T) {
 	// An announcement from a worker that predates reservations.
 	got, err := decodeAnnouncement("5 120")
 	require.NoError(t, err)
-	require.Equal(t, announcement{Want: 5, Demand: 120}, got)
+	require.Equal(t, announcement{Want: 5, Demand: 120, Backlog: -1}, got)
 	_, err = decodeAnnouncement("5 120 x")
 	require.ErrorContains(t, err, `"5 120 x"`)
 }
@@ -257,12 +257,19 @@ func TestMiniredisClockTTL(t *testing.T) {
 	cfg := testConfig("emb", "embedded-worker", pool)
 	m := start(t, cfg, c)
 	m.SetDemand(ingest.Inf)
+	m.SetBacklog(450)
 	require.Eventually(t, func() bool { return m.Rate(time.Now()) == 100 }, 2*time.Second, 5*time.Millisecond)
 
-	st, err := Status(context.Background(), c, "emb", "emb")
-	require.NoError(t, err)
+	var st PoolStatus
+	require.Eventually(t, func() bool {
+		var err error
+		st, err = Status(context.Background(), c, "emb", "emb")
+		return err == nil && st.Backlog == 450
+	}, 2*time.Second, 5*time.Millisecond, "the backlog is announced at the next tick")
 	require.Len(t, st.Members, 1)
-	require.Equal(t, MemberStatus{Worker: "embedded-worker", Want: 2, Demand: math.Inf(1), Holds: 2}, st.Members[0])
+	require.Equal(t, MemberStatus{Worker: "embedded-worker", Want: 2, Demand: math.Inf(1), Holds: 2, Backlog: 450}, st.Members[0])
+	require.InDelta(t, 4.5, st.ETASeconds, 1e-9, "450 records at the pool's 100 records/s")
+	require.Contains(t, st.String(), "backlog: 450 records, ETA 4.5s")
 	for _, p := range st.Partitions {
 		require.Equal(t, "embedded-worker", p.Holder)
 		require.Positive(t, p.TTLLeft)
