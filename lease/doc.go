@@ -9,6 +9,31 @@
 // definition in Redis; a worker started with a different one gets an error
 // wrapping ErrPoolMismatch that names both.
 //
+// # Effective rate: ramp-up and live changes
+//
+// A partition is worth the pool's effective rate / P, which may change over
+// time in two ways every worker agrees on:
+//
+//   - Ramp-up (Pool.Ramp, presets RampGCS and RampFirestore from the storage
+//     vendors' guidance for new key ranges): effective = min(Capacity,
+//     Start·Factor^((t − epoch)/Period)). The epoch is a Redis key set by the
+//     first worker with demand and kept alive by every worker with demand;
+//     it expires, and the ramp starts over, once the pool has been idle for
+//     IdleReset (default 24 h).
+//   - Live changes (SetPool, `sluice pool set`): the new capacity and
+//     partitions are stored with a Switch instant one renewal interval
+//     ahead. Every Manager reads the definition every Tick, and at the
+//     switch instant all of them stop counting the old values and start
+//     counting the new ones; leases on partitions the change removes stop
+//     counting at the switch, partitions it adds are taken only after it. So
+//     the workers' sum never exceeds the old capacity before the switch nor
+//     the new one after it. A Manager that cannot read the definition for
+//     half a renewal interval stops counting its leases, so it cannot miss a
+//     switch.
+//
+// Rate and Credit integrate the effective rate exactly (closed form across
+// the ramp and the switch).
+//
 // # Guarantee
 //
 // A Manager reports, as ingest.Capacity, the rate of the leases it can
@@ -57,12 +82,21 @@
 // unlocks it (each bounded by RequestTimeout) and withdraws the worker, so
 // peers need not wait out the TTL.
 //
+// # Reserved capacity
+//
+// Config.Reserved K partitions are held for the worker's lifetime: taken at
+// start, renewed, never released for lack of demand. They are ordinary
+// leases, so the pool guarantee holds. While fewer than K are free the worker
+// logs it (rate-limited), reports it in ReservedShort, and keeps trying.
+//
 // # Fair share
 //
 // Every Tick (default 100 ms) a worker announces its demand in partitions,
 // ceil(demand / PartitionRate) capped at P (+Inf, a backlog, asks for P; 0
 // for none), and reads the live members. Every worker computes the same
-// max-min water-filling share from the same list: each member gets min(its
+// share from the same list: first each member's reserved partitions (in
+// worker ID order while they last), then a max-min water fill of the rest
+// over what each wants beyond its reservation: each member gets min(its
 // want, a common level), the leftover partitions when the level cannot be
 // equal going to the lowest worker IDs, so shares sum to min(P, Σ wants).
 // A worker releases partitions above its share at once and acquires up to
@@ -74,9 +108,13 @@
 //
 // With prefix (default "sluice") and pool name:
 //
-//	{prefix}:{pool}:def          string, JSON definition {"name","capacity","unit","partitions","ttl"}; no TTL
+//	{prefix}:{pool}:def          string, JSON definition {"name","capacity","unit","partitions","ttl",
+//	                             "ramp":{"start","factor","period","idle_reset"}?,
+//	                             "switch":{"at_unix_ms","capacity_before","partitions_before"}?}; no TTL
+//	{prefix}:{pool}:ramp         string, the ramp's epoch in Unix ms; PX = Ramp.IdleReset, refreshed by workers with demand
 //	{prefix}:{pool}:p:{i}        string, partition i's redsync lock; value "<worker ID>/<32 hex>"; PX = TTL
-//	{prefix}:{pool}:m:{worker}   string, "<want partitions> <demand units/s>"; PX = MemberTTL (default max(4 × Tick, 1 s))
+//	{prefix}:{pool}:m:{worker}   string, "<want partitions> <demand units/s> <reserved partitions> <backlog units>";
+//	                             PX = MemberTTL (default max(4 × Tick, 1 s))
 //	{prefix}:{pool}:members      set of worker IDs; entries whose m: key expired are removed by the
 //	                             member-listing script; the set itself expires after 24 h unused
 //
