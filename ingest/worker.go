@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,11 +94,13 @@ type Worker struct {
 	owner                    Owner        // the source, when it can lose records
 	dropped                  int64        // records dropped because the source lost them
 	owed                     atomic.Int64 // units the sink charged beyond the estimates, to charge at the next slice
+	charges                  chargeRatio  // what the sink charges per estimated unit
 }
 
 // item is a record in flight.
 type item struct {
 	rec      Record
+	base     int64     // the record's price by the rule, before the learned charge ratio
 	attempts int       // write attempts the sink answered
 	failures int       // write attempts that failed as a whole (sink unreachable)
 	due      time.Time // earliest next attempt (retries)
@@ -228,7 +231,7 @@ func (w *Worker) fetch(ctx context.Context) {
 // prepare validates a fetched record and sets its ID and cost.
 func (w *Worker) prepare(rec Record) *item {
 	it := &item{rec: rec}
-	rec.Cost = w.cfg.Pricing.Price(rec.Value)
+	rec.Cost, it.base = w.price(rec.Value)
 	if !isJSONObject(rec.Value) {
 		it.invalid = fmt.Sprintf("record %s: value is not a JSON object", rec.Pos)
 	}
@@ -246,7 +249,7 @@ func (w *Worker) prepare(rec Record) *item {
 			it.invalid = fmt.Sprintf("record %s (id %s): %v", rec.Pos, rec.ID, err)
 		} else {
 			rec = out
-			rec.Cost = w.cfg.Pricing.Price(rec.Value)
+			rec.Cost, it.base = w.price(rec.Value)
 		}
 	}
 	if w.cfg.MaxRecordCost > 0 && rec.Cost > w.cfg.MaxRecordCost {
@@ -255,6 +258,48 @@ func (w *Worker) prepare(rec Record) *item {
 	}
 	it.rec = rec
 	return it
+}
+
+// price returns the record's cost: its base price by the pricing rule,
+// scaled by what the sink has been charging per unit of base price when it
+// reports charges, so that estimates follow the sink's real rule and the
+// corrections stay small.
+func (w *Worker) price(value []byte) (cost, base int64) {
+	base = w.cfg.Pricing.Price(value)
+	cost = base
+	if f := w.charges.factor(); f != 1 {
+		cost = max(int64(math.Ceil(f*float64(base)-1e-9)), 1)
+	}
+	return cost, base
+}
+
+// chargeRatio learns the ratio of the sink's reported charges to the
+// estimated costs, as an exponentially weighted average over records
+// (weight 1/50 each, so it settles within a few slices), kept within
+// [0.1, 10]. The zero value is ready and answers 1.
+type chargeRatio struct {
+	mu    sync.Mutex
+	ratio float64 // 0: nothing observed yet
+}
+
+func (c *chargeRatio) observe(estimate, charge int64) {
+	r := min(max(float64(charge)/float64(max(estimate, 1)), 0.1), 10)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ratio == 0 {
+		c.ratio = r
+		return
+	}
+	c.ratio += (r - c.ratio) / 50
+}
+
+func (c *chargeRatio) factor() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ratio == 0 {
+		return 1
+	}
+	return c.ratio
 }
 
 func isJSONObject(b []byte) bool {
@@ -489,6 +534,9 @@ func (w *Worker) write(ctx context.Context, batch []*item) {
 		it.attempts++
 		switch res.Outcome {
 		case Delivered, Duplicate:
+			if res.Charge > 0 {
+				w.charges.observe(it.base, res.Charge)
+			}
 			if res.Charge > it.rec.Cost {
 				w.owed.Add(res.Charge - it.rec.Cost)
 			}

@@ -332,17 +332,30 @@ func TestWorkerChargesWhatTheSinkReportsBeyondTheEstimate(t *testing.T) {
 	r.run(t)
 	// Writes answer after their slice, so each correction reaches the
 	// pacer with a later slice; the last ones may still be owed when the
-	// worker stops (the process is ending then).
-	corrected := r.w.Counters().Totals().UnitsCorrected
-	require.Positive(t, corrected)
-	require.LessOrEqual(t, corrected, int64(50*2))
+	// worker stops (the process is ending then). Records priced after the
+	// first answers are estimated at the learned 12 units and need none.
+	tot := r.w.Counters().Totals()
+	require.Positive(t, tot.UnitsCorrected)
 	r.pace.mu.Lock()
 	defer r.pace.mu.Unlock()
 	var total int64
 	for _, s := range r.pace.spent {
 		total += s
 	}
-	require.Equal(t, 50*10+corrected, total, "estimates plus the correction, each unit once")
+	require.Equal(t, tot.UnitsSent, total, "estimates plus corrections, each unit once")
+	require.GreaterOrEqual(t, total, int64(50*10))
+	require.LessOrEqual(t, total, int64(50*12), "never more than the sink charged")
+}
+
+func TestWorkerLearnsTheSinksChargeRatio(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, ingest.WorkerConfig{IDField: "id", Pricing: ingest.Pricing{Unit: ingest.UnitCost, PerRecord: 10}}, 25, records(200)...)
+	r.sink.answer = func(string, int) ingest.Result { return ingest.Result{Outcome: ingest.Delivered, Charge: 15} }
+	r.run(t)
+	r.pace.mu.Lock()
+	defer r.pace.mu.Unlock()
+	last := r.pace.spent[len(r.pace.spent)-1]
+	require.Zero(t, last%15, "the last slices send records estimated at the sink's 15 units, got a spend of %d", last)
 }
 
 // throttlePacer is a fakePacer that takes throttle feedback.

@@ -123,7 +123,9 @@ func (h *HTTPSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.R
 				return nil, fmt.Errorf("%w: result %d is for id %q, want %q", ErrProtocol, i, r.ID, batch[i].ID)
 			}
 			out[i] = recordResult(r.Status, r.Error, retryAfter)
+			out[i].Charge = r.Charge
 		}
+		chargeRequest(out, batch, resp.Header)
 		return out, nil
 	case code >= 400:
 		msg := wr.Error
@@ -138,6 +140,32 @@ func (h *HTTPSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.R
 		return out, nil
 	}
 	return nil, fmt.Errorf("%w: unexpected HTTP %d", ErrProtocol, code)
+}
+
+// chargeRequest attributes a request charge header to the results when the
+// answer gave no per-record charges: what the header says beyond the
+// estimated costs of the stored and duplicate records goes to the first of
+// them (the worker charges the pacer the sum of the excesses).
+func chargeRequest(out []ingest.Result, batch []ingest.Record, hdr http.Header) {
+	total, err := strconv.ParseInt(strings.TrimSpace(hdr.Get(HeaderRequestCharge)), 10, 64)
+	if err != nil || total <= 0 {
+		return
+	}
+	first, estimate := -1, int64(0)
+	for i, r := range out {
+		if r.Charge > 0 {
+			return // per-record charges are more precise
+		}
+		if r.Outcome == ingest.Delivered || r.Outcome == ingest.Duplicate {
+			if first < 0 {
+				first = i
+			}
+			estimate += batch[i].Cost
+		}
+	}
+	if first >= 0 && total > estimate {
+		out[first].Charge = batch[first].Cost + total - estimate
+	}
 }
 
 // recordResult maps one wire status to an ingest.Result.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func TestHTTPSinkRoundTrip(t *testing.T) {
 
 	res, err := hs.Write(ctx, []ingest.Record{record("b", `{"mag":1}`, 1)})
 	require.NoError(t, err)
-	require.Equal(t, []ingest.Result{{Outcome: ingest.Delivered}}, res)
+	require.Equal(t, []ingest.Result{{Outcome: ingest.Delivered, Charge: 1}}, res)
 
 	// 3 units left: a and e are stored, b is a charged duplicate, c and d
 	// are refused for good, f finds no capacity.
@@ -52,11 +53,11 @@ func TestHTTPSinkRoundTrip(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []ingest.Result{
-		{Outcome: ingest.Delivered},
-		{Outcome: ingest.Duplicate},
+		{Outcome: ingest.Delivered, Charge: 1},
+		{Outcome: ingest.Duplicate, Charge: 1},
 		{Outcome: ingest.Permanent, Reason: `HTTP 400: missing required field "mag"`},
 		{Outcome: ingest.Permanent, Reason: "HTTP 400: value is not a JSON object"},
-		{Outcome: ingest.Delivered},
+		{Outcome: ingest.Delivered, Charge: 1},
 		{Outcome: ingest.Retryable, Throttled: true, RetryAfter: 250 * time.Millisecond, Reason: "HTTP 429: throttled: capacity exhausted"},
 	}, res)
 
@@ -228,4 +229,28 @@ func TestEncodeBatch(t *testing.T) {
 	require.Equal(t, `"{not json"`, string(got[1].Value), "invalid JSON becomes a string")
 	require.Nil(t, got[2].Cost)
 	require.Equal(t, `""`, string(got[3].Value))
+}
+
+func TestSimChargesByItsOwnRule(t *testing.T) {
+	t.Parallel()
+	rule, err := ingest.ParseCost(ingest.UnitCost, "5/KiB")
+	require.NoError(t, err)
+	sim, _ := newTestSim(t, SimConfig{Capacity: 1000, Unit: ingest.UnitCost, Charge: &rule, ChargeFactor: 1.2})
+	hs := serve(t, sim.Handler(), 0)
+	big := `{"pad":"` + strings.Repeat("x", 1500) + `"}` // 2 KiB started: 10 units, ×1.2 = 12
+	res, err := hs.Write(t.Context(), []ingest.Record{record("a", `{"n":1}`, 5), record("b", big, 10)})
+	require.NoError(t, err)
+	require.Equal(t, []int64{6, 12}, []int64{res[0].Charge, res[1].Charge}, "⌈1.2 × 5⌉ and ⌈1.2 × 10⌉")
+	require.EqualValues(t, 18, sim.Snapshot(false).UnitsCharged)
+}
+
+func TestRequestChargeHeaderWithoutPerRecordCharges(t *testing.T) {
+	t.Parallel()
+	hs := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(HeaderRequestCharge, "30")
+		writeJSON(w, http.StatusOK, WireResponse{Results: []WireResult{{ID: "a", Status: StatusStored}, {ID: "b", Status: StatusDuplicate}}})
+	}), 0)
+	res, err := hs.Write(t.Context(), []ingest.Record{record("a", `{}`, 10), record("b", `{}`, 10)})
+	require.NoError(t, err)
+	require.Equal(t, []int64{20, 0}, []int64{res[0].Charge, res[1].Charge}, "the 10 units beyond the estimate go to the first record, once")
 }

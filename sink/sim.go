@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -68,6 +69,16 @@ type SimConfig struct {
 	// MaxBodyBytes limits a request body; a larger one is answered 413.
 	// Default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// Charge, when set, is the emulator's own cost rule (Unit must be
+	// cost): every record is charged ⌈ChargeFactor × Charge.Price(value)⌉
+	// units whatever cost the client sent, the way a real service charges
+	// by its own rules. Nil: the client's cost. The charge of each stored or
+	// duplicate record is reported in its result and the total in
+	// x-ms-request-charge.
+	Charge *ingest.Pricing
+	// ChargeFactor scales the Charge rule, e.g. 1.2 for a service that
+	// charges 20 % more than a client estimates. Default 1.
+	ChargeFactor float64
 	// Clock returns the current time. Default time.Now; tests inject a
 	// fake clock. Readings that go backwards are treated as the last one.
 	Clock func() time.Time
@@ -110,6 +121,11 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 		return nil, fmt.Errorf("sink: latency %v is negative", cfg.Latency)
 	case cfg.MaxBodyBytes < 0:
 		return nil, fmt.Errorf("sink: max body bytes %d is negative", cfg.MaxBodyBytes)
+	case cfg.ChargeFactor < 0 || math.IsNaN(cfg.ChargeFactor) || math.IsInf(cfg.ChargeFactor, 0):
+		return nil, fmt.Errorf("sink: charge factor %v must be a finite number > 0", cfg.ChargeFactor)
+	}
+	if cfg.ChargeFactor == 0 {
+		cfg.ChargeFactor = 1
 	}
 	if cfg.Mode == "" {
 		cfg.Mode = ModeBucket
@@ -280,6 +296,11 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 	default:
 		code = http.StatusMultiStatus
 	}
+	var charge int64
+	for _, res := range results {
+		charge += res.Charge
+	}
+	w.Header().Set(HeaderRequestCharge, strconv.FormatInt(charge, 10))
 	if throttled > 0 {
 		w.Header().Set(HeaderRetryAfter, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Second)), 10))
 		w.Header().Set(HeaderRetryAfterMs, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Millisecond)), 10))
@@ -312,6 +333,8 @@ func (s *Sim) parse(i int, raw json.RawMessage) incoming {
 		return in
 	}
 	switch {
+	case s.cfg.Charge != nil:
+		in.cost = int64(math.Ceil(s.cfg.ChargeFactor*float64(s.cfg.Charge.Price(wr.Value)) - 1e-9))
 	case wr.Cost != nil:
 		in.cost = *wr.Cost
 	case s.cfg.Unit == ingest.UnitBytes:
@@ -376,6 +399,7 @@ func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Durat
 				break
 			}
 			charged += in.cost
+			res.Charge = in.cost
 			if _, dup := s.stored[in.id]; dup {
 				res.Status = StatusDuplicate
 				s.stats.Duplicates++

@@ -31,6 +31,10 @@ const (
 	// Retry-After (x-ms-retry-after-ms); the client prefers it, because a
 	// whole second is five 200 ms slices.
 	HeaderRetryAfterMs = "x-ms-retry-after-ms"
+	// HeaderRequestCharge is the units a write request was charged in all
+	// (Cosmos DB's x-ms-request-charge, in RU); the emulator sends it on
+	// every /v1/records answer.
+	HeaderRequestCharge = "x-ms-request-charge"
 )
 
 // WireRecord is one element of the JSON array POSTed to /v1/records.
@@ -49,6 +53,9 @@ type WireResult struct {
 	ID     string `json:"id"`
 	Status int    `json:"status"`
 	Error  string `json:"error,omitempty"`
+	// Charge is the units the record was charged (stored and duplicate
+	// records); absent when none.
+	Charge int64 `json:"charge,omitempty"`
 }
 
 // WireResponse is the body of every /v1/records answer. Results has one

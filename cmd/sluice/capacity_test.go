@@ -155,3 +155,25 @@ func TestUnleasedClientSharingTheSink(t *testing.T) {
 	require.Less(t, s.SinkThrottled, s.SinkRecordAttempts/10, "throttle feedback keeps 429s bounded")
 	require.Greater(t, tail, int64(capacity*0.9), "back to the leased rate once the other client stopped")
 }
+
+func TestCostPoolWhoseSinkChargesMoreThanEstimated(t *testing.T) {
+	t.Parallel()
+	const capacity = 10_000 // RU/s
+	// The pool estimates 5 RU per started KiB; the service charges 20 % more.
+	rule, err := ingest.ParseCost(ingest.UnitCost, "5/KiB")
+	require.NoError(t, err)
+	sim, url := startSim(t, sink.SimConfig{Capacity: capacity, Unit: ingest.UnitCost, Charge: &rule, ChargeFactor: 1.2})
+	path := ndjson(t, 3000, func(i int) string { return fmt.Sprintf(`{"id":"c%d","pad":"%s"}`, i, strings.Repeat("y", 100+(i%7)*400)) })
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--sink", url, "--unit", "cost", "--cost", "5/KiB", "--capacity", fmt.Sprint(capacity),
+		"--partitions", "10", "--id-field", "id", "--summary-json", summary, path)
+	require.Equal(t, exitOK, code, stderr)
+	s := readSummary(t, summary)
+	st := sim.Snapshot(true)
+	settled := maxWindow(st, 5, st.FirstChargeAt.Add(time.Second), time.Now())
+	t.Logf("cost: estimated %d RU, charged %d RU, %.2f s; max 1 s window %d of %d overall, %d after the first second; throttled %d",
+		s.CostTotal, st.UnitsCharged, s.ElapsedS, st.MaxUnits1s, capacity, settled, s.SinkThrottled)
+	require.Equal(t, int64(3000), st.Accepted)
+	require.Greater(t, st.UnitsCharged, s.CostTotal, "the service charged more than estimated")
+	require.LessOrEqual(t, settled, int64(capacity*1.01), "after the first second the corrections keep every second within capacity")
+}

@@ -297,6 +297,16 @@ func simConfig(c *cli.Context, prefix string, capacity float64) (sink.SimConfig,
 		RequiredFields: splitList(c.String(prefix + "required-fields")),
 		Seed:           time.Now().UnixNano(),
 	}
+	if rule := c.String(prefix + "charge"); rule != "" {
+		charge, err := ingest.ParseCost(unit, rule)
+		if err != nil {
+			return cfg, fmt.Errorf("--%scharge: %w", prefix, err)
+		}
+		cfg.Charge, cfg.ChargeFactor = &charge, c.Float64(prefix+"charge-factor")
+		if !(cfg.ChargeFactor > 0) {
+			return cfg, fmt.Errorf("--%scharge-factor: must be > 0 (got %v)", prefix, cfg.ChargeFactor)
+		}
+	}
 	if cfg.Capacity == 0 {
 		cfg.Capacity = int64(capacity)
 	}

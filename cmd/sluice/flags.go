@@ -120,6 +120,8 @@ func simFlags(prefix string) []cli.Flag {
 		durationFlag(prefix+"latency", 0, "added latency per request"),
 		floatFlag(prefix+"error-rate", 0, "fraction of records answered 503 (0..1)"),
 		stringFlag(prefix+"required-fields", "", "comma-separated fields every record must have, else 400"),
+		stringFlag(prefix+"charge", "", "charge records by this cost `rule` (N or N/KiB, unit cost) instead of the cost the client sends, and report it"),
+		floatFlag(prefix+"charge-factor", 1, "multiply the --"+prefix+"charge rule by this (e.g. 1.2: the service charges 20 % over the estimate)"),
 	)
 }
 
