@@ -163,7 +163,9 @@ func TestCostPoolWhoseSinkChargesMoreThanEstimated(t *testing.T) {
 	rule, err := ingest.ParseCost(ingest.UnitCost, "5/KiB")
 	require.NoError(t, err)
 	sim, url := startSim(t, sink.SimConfig{Capacity: capacity, Unit: ingest.UnitCost, Charge: &rule, ChargeFactor: 1.2})
-	path := ndjson(t, 3000, func(i int) string { return fmt.Sprintf(`{"id":"c%d","pad":"%s"}`, i, strings.Repeat("y", 100+(i%7)*400)) })
+	path := ndjson(t, 3000, func(i int) string {
+		return fmt.Sprintf(`{"id":"c%d","pad":"%s"}`, i, strings.Repeat("y", 100+(i%7)*400))
+	})
 	summary := filepath.Join(t.TempDir(), "summary.json")
 	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--sink", url, "--unit", "cost", "--cost", "5/KiB", "--capacity", fmt.Sprint(capacity),
 		"--partitions", "10", "--id-field", "id", "--summary-json", summary, path)
