@@ -32,7 +32,10 @@
 // (no capacity left); 400 rejected for good (no id, value not a JSON object,
 // a required field missing or null, cost < 1 or above the capacity); 503
 // failed (an injected transient error). Only stored and duplicate records
-// are charged. Records are admitted in order while capacity lasts: after
+// are charged; their result carries "charge", the units charged, and every
+// answer carries x-ms-request-charge, the request's total (as Cosmos DB
+// reports RU). The emulator charges the record's cost, or, with
+// SimConfig.Charge, its own rule (e.g. 20 % above the client's estimate). Records are admitted in order while capacity lasts: after
 // the first throttled record every later valid record is throttled too.
 //
 // The HTTP status is 200 when every record was stored or a duplicate (an
