@@ -119,7 +119,7 @@ func TestLiveCapacityChangeMidRun(t *testing.T) {
 func TestUnleasedClientSharingTheSink(t *testing.T) {
 	t.Parallel()
 	const capacity = 1000
-	sim, url := startSim(t, sink.SimConfig{Capacity: capacity})
+	sim, url := startSim(t, sink.SimConfig{Capacity: capacity, Mode: sink.ModeWindow})
 	other, err := sink.NewHTTP(sink.HTTPConfig{URL: url})
 	require.NoError(t, err)
 	path := ndjson(t, 9000, func(i int) string { return fmt.Sprintf(`{"id":"s%d"}`, i) })
