@@ -1,0 +1,96 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// conformance is what every sink must pass against its real server. Each
+// sink's test provides:
+//   - open: a fresh, empty sink (a new table, a new emulator) that stores
+//     records whose value has a "mag" field and refuses for good those
+//     without one (a CHECK constraint, the emulator's required fields);
+//   - retryable: arranges, with what the real server can produce, that
+//     writing the returned batch fails in a retryable way (a lock held by
+//     another transaction past the statement timeout, a 503, a stopped
+//     server), and returns it.
+type conformance struct {
+	open      func(t *testing.T) ingest.Sink
+	retryable func(t *testing.T, s ingest.Sink) []ingest.Record
+}
+
+func (c conformance) run(t *testing.T) {
+	good := func(id string) ingest.Record { return ingest.Record{ID: id, Value: []byte(`{"mag":1.5}`), Cost: 1} }
+	bad := func(id string) ingest.Record { return ingest.Record{ID: id, Value: []byte(`{"depth":3}`), Cost: 1} }
+	outcomes := func(res []ingest.Result) []ingest.Outcome {
+		out := make([]ingest.Outcome, len(res))
+		for i, r := range res {
+			out[i] = r.Outcome
+		}
+		return out
+	}
+
+	t.Run("ok", func(t *testing.T) {
+		s := c.open(t)
+		batch := make([]ingest.Record, 50)
+		for i := range batch {
+			batch[i] = good(fmt.Sprintf("ok-%d", i))
+		}
+		res, err := s.Write(t.Context(), batch)
+		require.NoError(t, err)
+		require.Len(t, res, len(batch))
+		for i, r := range res {
+			require.Equal(t, ingest.Delivered, r.Outcome, "record %d: %s", i, r.Reason)
+		}
+	})
+	t.Run("duplicate", func(t *testing.T) {
+		s := c.open(t)
+		_, err := s.Write(t.Context(), []ingest.Record{good("d1")})
+		require.NoError(t, err)
+		res, err := s.Write(t.Context(), []ingest.Record{good("d1"), good("d2")})
+		require.NoError(t, err)
+		require.Equal(t, []ingest.Outcome{ingest.Duplicate, ingest.Delivered}, outcomes(res))
+	})
+	t.Run("retryable", func(t *testing.T) {
+		s := c.open(t)
+		batch := c.retryable(t, s)
+		res, err := s.Write(t.Context(), batch)
+		if err != nil {
+			return // the whole attempt failed: the worker retries it
+		}
+		require.Len(t, res, len(batch))
+		for i, r := range res {
+			require.Equal(t, ingest.Retryable, r.Outcome, "record %d", i)
+			require.NotEmpty(t, r.Reason)
+		}
+	})
+	t.Run("permanent", func(t *testing.T) {
+		s := c.open(t)
+		res, err := s.Write(t.Context(), []ingest.Record{bad("p1")})
+		require.NoError(t, err)
+		require.Equal(t, []ingest.Outcome{ingest.Permanent}, outcomes(res))
+		require.NotEmpty(t, res[0].Reason)
+	})
+	t.Run("partial", func(t *testing.T) {
+		s := c.open(t)
+		res, err := s.Write(t.Context(), []ingest.Record{good("a"), bad("b"), good("c"), {ID: "d", Value: []byte(`{not json`)}, good("e")})
+		require.NoError(t, err)
+		require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Permanent, ingest.Delivered, ingest.Permanent, ingest.Delivered}, outcomes(res))
+		res, err = s.Write(t.Context(), []ingest.Record{good("a"), good("c"), good("e")})
+		require.NoError(t, err)
+		require.Equal(t, []ingest.Outcome{ingest.Duplicate, ingest.Duplicate, ingest.Duplicate}, outcomes(res), "the neighbours were stored")
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		s := c.open(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		res, err := s.Write(ctx, []ingest.Record{good("c1")})
+		require.Error(t, err)
+		require.Nil(t, res)
+	})
+}

@@ -1,0 +1,161 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+var (
+	pgOnce sync.Once
+	pgURL  string
+	pgErr  error
+	pgSeq  atomic.Int64
+)
+
+// postgresURL is the URL of a real PostgreSQL server: SLUICE_TEST_POSTGRES_URL,
+// or the one scripts/postgres.sh starts (idempotent; the Makefile stops it).
+func postgresURL(t testing.TB) string {
+	t.Helper()
+	pgOnce.Do(func() {
+		if pgURL = os.Getenv("SLUICE_TEST_POSTGRES_URL"); pgURL != "" {
+			return
+		}
+		var stderr bytes.Buffer
+		cmd := exec.Command("../scripts/postgres.sh", "start")
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			pgErr = fmt.Errorf("scripts/postgres.sh start: %w: %s", err, stderr.String())
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		pgURL = lines[len(lines)-1]
+	})
+	require.NoError(t, pgErr)
+	return pgURL
+}
+
+// freshTable returns a new table name, unique in this test run.
+func freshTable(prefix string) string {
+	return fmt.Sprintf("%s_%d_%d", prefix, time.Now().UnixNano()%1e9, pgSeq.Add(1))
+}
+
+// openPostgres opens a PostgresSink on a fresh table whose values must have
+// a "mag" field (a CHECK constraint).
+func openPostgres(t testing.TB, timeout time.Duration) (*PostgresSink, string) {
+	t.Helper()
+	table := freshTable("t")
+	s, err := NewPostgres(t.Context(), PostgresConfig{URL: postgresURL(t), Table: table, CreateTable: true, StatementTimeout: timeout})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	_, err = s.pool.Exec(t.Context(), fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT has_mag CHECK (value ? 'mag')`, table))
+	require.NoError(t, err)
+	return s, table
+}
+
+func TestPostgresConformance(t *testing.T) {
+	t.Parallel()
+	conformance{
+		open: func(t *testing.T) ingest.Sink {
+			s, _ := openPostgres(t, 300*time.Millisecond)
+			return s
+		},
+		// Another transaction inserts the same id and holds it: the sink's
+		// insert waits on it until the statement timeout cancels it (57014).
+		retryable: func(t *testing.T, s ingest.Sink) []ingest.Record {
+			ps := s.(*PostgresSink)
+			conn, err := pgx.Connect(t.Context(), postgresURL(t))
+			require.NoError(t, err)
+			tx, err := conn.Begin(t.Context())
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				_ = tx.Rollback(context.Background())
+				_ = conn.Close(context.Background())
+			})
+			_, err = tx.Exec(t.Context(), fmt.Sprintf(`INSERT INTO %s (id, value) VALUES ('locked', '{"mag":1}')`, ps.table))
+			require.NoError(t, err)
+			return []ingest.Record{{ID: "locked", Value: []byte(`{"mag":2}`), Cost: 1}}
+		},
+	}.run(t)
+}
+
+func TestPostgresStoresSinkKeyAndValue(t *testing.T) {
+	t.Parallel()
+	s, table := openPostgres(t, 0)
+	res, err := s.Write(t.Context(), []ingest.Record{
+		{ID: "id-1", SinkKey: "2025-05/us1", Value: []byte(`{"mag":4.5}`)},
+		{ID: "id-2", Value: []byte(`{"mag":1}`)},
+		{ID: "id-2", Value: []byte(`{"mag":1}`)}, // repeated in the batch
+	})
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Delivered, ingest.Duplicate}, []ingest.Outcome{res[0].Outcome, res[1].Outcome, res[2].Outcome})
+	var mag float64
+	require.NoError(t, s.pool.QueryRow(t.Context(), fmt.Sprintf(`SELECT (value->>'mag')::float FROM %s WHERE id = '2025-05/us1'`, table)).Scan(&mag))
+	require.Equal(t, 4.5, mag)
+}
+
+func TestNewPostgresRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []PostgresConfig{
+		{URL: "postgres://127.0.0.1:1/x", Table: ""},
+		{URL: "postgres://127.0.0.1:1/x", Table: "t; DROP TABLE x"},
+		{URL: "postgres://127.0.0.1:1/x", Table: "t", IDColumn: "a b"},
+		{URL: "::bad", Table: "t"},
+	} {
+		_, err := NewPostgres(t.Context(), cfg)
+		require.ErrorIs(t, err, ErrPostgresConfig, "%+v", cfg)
+	}
+}
+
+func TestOpenPostgresFromURL(t *testing.T) {
+	t.Parallel()
+	table := freshTable("open")
+	s, err := Open(t.Context(), postgresURL(t)+"?table="+table, OpenConfig{})
+	require.NoError(t, err)
+	defer s.Close()
+	res, err := s.Write(t.Context(), []ingest.Record{{ID: "x", Value: []byte(`{}`)}})
+	require.NoError(t, err)
+	require.Equal(t, ingest.Delivered, res[0].Outcome)
+
+	for _, bad := range []string{"postgres://127.0.0.1:1/db", "ftp://x/y", "postgres:///db?table=t"} {
+		_, err := Open(t.Context(), bad, OpenConfig{})
+		require.ErrorIs(t, err, ErrSinkURL, bad)
+	}
+}
+
+// BenchmarkPostgresWrite measures unthrottled inserts into a real server,
+// by batch size: go test -run '^$' -bench PostgresWrite ./sink/
+func BenchmarkPostgresWrite(b *testing.B) {
+	for _, size := range []int{100, 500, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			s, _ := openPostgres(b, 0)
+			value := []byte(`{"mag":2.5,"place":"10 km N of Somewhere, CA","depth":7.3,"time":"2025-05-01T00:00:00Z"}`)
+			n := 0
+			b.ResetTimer()
+			for b.Loop() {
+				batch := make([]ingest.Record, size)
+				for i := range batch {
+					n++
+					batch[i] = ingest.Record{ID: fmt.Sprintf("r%09d", n), Value: value}
+				}
+				if _, err := s.Write(b.Context(), batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
