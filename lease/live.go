@@ -86,35 +86,21 @@ end
 return v
 `)
 
-// refreshPool reads the pool definition (and the ramp epoch) from the first
-// Redis, so that a live change and the ramp apply within a Tick. Leases on
-// partitions a pending switch removes stop counting at the switch. If the
-// definition cannot be read for half a renewal interval, every lease stops
-// counting: the worker could otherwise miss a switch.
+// refreshPool reads the pool definition (and the ramp epoch) from the
+// first Redis that answers, so that a live change and the ramp apply within
+// a Tick. Leases on partitions a pending switch removes stop counting at the
+// switch. If the definition cannot be read for half a renewal interval,
+// every lease stops counting: the worker could otherwise miss a switch.
 func (m *Manager) refreshPool(ctx context.Context) {
 	now := time.Now()
-	rctx, cancel := context.WithTimeout(ctx, m.opTimeout)
-	defer cancel()
-	p, err := loadPool(rctx, m.clients[0], m.keys.def())
-	if err == nil && !samePoolKind(p, m.cfg.Pool) {
-		err = fmt.Errorf("%w: pool %q now counts %s; this worker prices records in %s", ErrPoolMismatch, p.Name, p.Unit, m.cfg.Pool.Unit)
-	}
-	var epoch time.Time
-	if err == nil && p.Ramp.On() {
-		m.mu.Lock()
-		active := m.demand > 0 || m.cfg.Reserved > 0
-		m.mu.Unlock()
-		var v string
-		v, err = rampEpochScript.Run(rctx, m.clients[0], []string{m.keys.rampEpoch()},
-			now.UnixMilli(), p.Ramp.IdleReset.Milliseconds(), boolArg(active)).Text()
-		if errors.Is(err, redis.Nil) {
-			err = nil // idle and no epoch: the ramp has not started
-		} else if err == nil {
-			ms, perr := strconv.ParseInt(v, 10, 64)
-			if perr != nil {
-				err = fmt.Errorf("lease: ramp epoch %q: %w", v, perr)
-			}
-			epoch = time.UnixMilli(ms)
+	var (
+		p     Pool
+		epoch time.Time
+		err   error
+	)
+	for _, c := range m.clients {
+		if p, epoch, err = m.readPool(ctx, c, now); err == nil || ctx.Err() != nil {
+			break
 		}
 	}
 	if err != nil {
@@ -132,6 +118,7 @@ func (m *Manager) refreshPool(ctx context.Context) {
 			if len(hs) > 0 {
 				m.log.Warn("pool definition unread for half a renewal interval; leases stop counting", "stale", stale)
 				m.stopCounting(hs)
+				m.events.lost.Add(int64(len(hs)))
 				m.unlock(ctx, hs)
 			}
 		}
@@ -149,6 +136,40 @@ func (m *Manager) refreshPool(ctx context.Context) {
 		m.log.Info("pool change scheduled", "at", sw.At, "capacity", p.Capacity, "partitions", p.Partitions,
 			"capacity_before", sw.Capacity, "partitions_before", sw.Partitions)
 	}
+}
+
+// readPool reads the definition and, for a ramp, the shared epoch (zero
+// when the ramp has not started), creating or refreshing the epoch while
+// the worker has demand.
+func (m *Manager) readPool(ctx context.Context, c redis.UniversalClient, now time.Time) (Pool, time.Time, error) {
+	rctx, cancel := context.WithTimeout(ctx, m.opTimeout)
+	defer cancel()
+	p, err := loadPool(rctx, c, m.keys.def())
+	if err != nil {
+		return p, time.Time{}, err
+	}
+	if !samePoolKind(p, m.cfg.Pool) {
+		return p, time.Time{}, fmt.Errorf("%w: pool %q now counts %s; this worker prices records in %s", ErrPoolMismatch, p.Name, p.Unit, m.cfg.Pool.Unit)
+	}
+	if !p.Ramp.On() {
+		return p, time.Time{}, nil
+	}
+	m.mu.Lock()
+	active := m.demand > 0 || m.cfg.Reserved > 0
+	m.mu.Unlock()
+	v, err := rampEpochScript.Run(rctx, c, []string{m.keys.rampEpoch()},
+		now.UnixMilli(), p.Ramp.IdleReset.Milliseconds(), boolArg(active)).Text()
+	if errors.Is(err, redis.Nil) {
+		return p, time.Time{}, nil // idle and no epoch: the ramp has not started
+	}
+	if err != nil {
+		return p, time.Time{}, fmt.Errorf("lease: ramp epoch: %w", err)
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return p, time.Time{}, fmt.Errorf("lease: ramp epoch %q: %w", v, err)
+	}
+	return p, time.UnixMilli(ms), nil
 }
 
 // countEnd caps a lease's counting end for partition p: a partition that a
