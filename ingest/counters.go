@@ -16,6 +16,9 @@ type Counters struct {
 	requests       atomic.Int64 // sink write requests
 	attempts       atomic.Int64 // record attempts sent to the sink
 	throttled      atomic.Int64 // record attempts answered "throttled"
+	failedWrites   atomic.Int64 // sink write requests that failed as a whole (unreachable, timeout)
+	retryable      atomic.Int64 // record attempts answered retryable but not throttled (408, 5xx)
+	permanent      atomic.Int64 // record attempts refused for good by the sink (400, other 4xx)
 	retried        atomic.Int64 // record attempts that will be tried again
 	unitsSent      atomic.Int64 // units charged to the pacer, retries included
 	unitsDelivered atomic.Int64 // units of delivered records
@@ -26,16 +29,19 @@ type Counters struct {
 
 // Totals is a snapshot of Counters.
 type Totals struct {
-	Fetched        int64
-	Delivered      int64
-	Duplicates     int64
-	DeadLettered   int64
-	Requests       int64
-	Attempts       int64
-	Throttled      int64
-	Retried        int64
-	UnitsSent      int64
-	UnitsDelivered int64
+	Fetched      int64
+	Delivered    int64
+	Duplicates   int64
+	DeadLettered int64
+	Requests     int64
+	Attempts     int64
+	Throttled    int64
+	// FailedWrites counts requests that failed as a whole; Retryable and
+	// Permanent the record attempts answered so, besides Throttled.
+	FailedWrites, Retryable, Permanent int64
+	Retried                            int64
+	UnitsSent                          int64
+	UnitsDelivered                     int64
 	// UnitsCorrected is what the sink reported charging beyond the
 	// estimated costs, charged to the pacer afterwards (part of UnitsSent).
 	UnitsCorrected int64
@@ -73,6 +79,9 @@ func (c *Counters) Totals() Totals {
 		Requests:       c.requests.Load(),
 		Attempts:       c.attempts.Load(),
 		Throttled:      c.throttled.Load(),
+		FailedWrites:   c.failedWrites.Load(),
+		Retryable:      c.retryable.Load(),
+		Permanent:      c.permanent.Load(),
 		Retried:        c.retried.Load(),
 		UnitsSent:      c.unitsSent.Load(),
 		UnitsDelivered: c.unitsDelivered.Load(),

@@ -510,6 +510,7 @@ func (w *Worker) write(ctx context.Context, batch []*item) {
 	if err != nil {
 		// The sink never judged these records (unreachable, timeout): retry
 		// them without using up their attempts, however long it lasts.
+		w.c.failedWrites.Add(1)
 		if w.writeErrLog.allow(now) {
 			w.log.Warn("sink write failed, retrying", "records", len(batch), "err", err)
 		}
@@ -550,6 +551,8 @@ func (w *Worker) write(ctx context.Context, batch []*item) {
 			if res.Throttled {
 				w.c.throttled.Add(1)
 				throttled = true
+			} else {
+				w.c.retryable.Add(1)
 			}
 			wait, ok := w.p.Retry.Backoff(it.attempts, res.RetryAfter)
 			if !ok {
@@ -558,6 +561,7 @@ func (w *Worker) write(ctx context.Context, batch []*item) {
 			}
 			w.retry(it, now.Add(wait))
 		default:
+			w.c.permanent.Add(1)
 			w.deadLetter(ctx, it, res.Reason)
 		}
 	}

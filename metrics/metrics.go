@@ -18,8 +18,9 @@
 //	sluice_throttle_recoveries_total             counter  times the throttle ceiling climbed back to the leased rate
 //	sluice_throttle_ceiling_units_per_second     gauge    the current throttle ceiling, 0 when none (units/s)
 //	sluice_records_total{outcome}                counter  delivered, duplicate (part of delivered), dead_lettered
-//	sluice_sink_requests_total                   counter  write requests sent to the sink
-//	sluice_sink_record_attempts_total{result}    counter  record attempts: all, throttled (429), retried
+//	sluice_sink_requests_total{result}           counter  write requests sent to the sink: ok (answered), failed (unreachable, timeout)
+//	sluice_sink_record_results_total{outcome}    counter  record attempts by answer: delivered, duplicate, throttled (429), retryable (408, 5xx), permanent (other 4xx)
+//	sluice_retries_total                         counter  record attempts scheduled again after a backoff
 //	sluice_consumer_lag_records                  gauge    records waiting in the queue beyond those fetched (-1 unknown)
 //	sluice_eta_seconds                           gauge    lag ÷ the leased rate in records/s (-1 when unknown or no rate)
 //	sluice_batch_duration_seconds                histogram sink write attempts, by duration (seconds)
@@ -117,14 +118,15 @@ var (
 	descLag        = prometheus.NewDesc("sluice_consumer_lag_records", "Records waiting in the queue beyond those fetched (-1 unknown).", workerLabels, nil)
 	descETA        = prometheus.NewDesc("sluice_eta_seconds", "Seconds to drain the lag at the leased rate (-1 unknown).", workerLabels, nil)
 	descRecords    = prometheus.NewDesc("sluice_records_total", "Finished records by outcome.", append(poolLabels, "outcome"), nil)
-	descRequests   = prometheus.NewDesc("sluice_sink_requests_total", "Write requests sent to the sink.", poolLabels, nil)
-	descAttempts   = prometheus.NewDesc("sluice_sink_record_attempts_total", "Record attempts sent to the sink, all, throttled (429) and retried.", append(poolLabels, "result"), nil)
+	descRequests   = prometheus.NewDesc("sluice_sink_requests_total", "Write requests sent to the sink, by result: ok (answered) or failed (unreachable, timeout).", append(poolLabels, "result"), nil)
+	descResults    = prometheus.NewDesc("sluice_sink_record_results_total", "Record attempts by the sink's answer.", append(poolLabels, "outcome"), nil)
+	descRetries    = prometheus.NewDesc("sluice_retries_total", "Record attempts scheduled again after a backoff.", poolLabels, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descEffective, descLeased, descHeld, descMissing, descEvents,
-		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descAttempts} {
+		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descResults, descRetries} {
 		ch <- d
 	}
 }
@@ -175,10 +177,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRecords, t.Delivered, pool, "delivered")
 		counter(descRecords, t.Duplicates, pool, "duplicate")
 		counter(descRecords, t.DeadLettered, pool, "dead_lettered")
-		counter(descRequests, t.Requests, pool)
-		counter(descAttempts, t.Attempts, pool, "all")
-		counter(descAttempts, t.Throttled, pool, "throttled")
-		counter(descAttempts, t.Retried, pool, "retried")
+		counter(descRequests, t.Requests-t.FailedWrites, pool, "ok")
+		counter(descRequests, t.FailedWrites, pool, "failed")
+		for outcome, n := range map[string]int64{"delivered": t.Delivered - t.Duplicates, "duplicate": t.Duplicates,
+			"throttled": t.Throttled, "retryable": t.Retryable, "permanent": t.Permanent} {
+			counter(descResults, n, pool, outcome)
+		}
+		counter(descRetries, t.Retried, pool)
 	}
 }
 
