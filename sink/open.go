@@ -27,6 +27,10 @@ type OpenConfig struct {
 	StatementTimeout time.Duration
 	// MaxConns bounds the PostgreSQL pool. Default DefaultPostgresMaxConns.
 	MaxConns int
+	// AccountKeyFile names a file holding the Azure storage account key
+	// (surrounding white space is ignored); when empty the key comes from
+	// the SLUICE_AZURE_ACCOUNT_KEY environment variable.
+	AccountKeyFile string
 	// Logger receives the sink's events. Default slog.Default().
 	Logger *slog.Logger
 }

@@ -31,7 +31,7 @@ func workerCommand() *cli.Command {
 			"pool's partitions while it has a backlog, and writes at exactly the leased rate.\n" +
 			"On SIGTERM it stops fetching, lets in-flight writes finish within --grace, commits\n" +
 			"what the sink acknowledged, releases its leases and exits 0.",
-		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), logFlags(), []cli.Flag{
+		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), logFlags(), []cli.Flag{
 			stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)"),
 			topicPartitionsFlag(),
 			metricsFlag(),
@@ -47,10 +47,11 @@ func workerCommand() *cli.Command {
 			if err := ensurePool(c.Context, s, clients); err != nil {
 				return err
 			}
-			httpSink, err := sink.NewHTTP(sink.HTTPConfig{URL: s.sinkURL, Timeout: s.requestTimeout})
+			httpSink, err := sink.Open(c.Context, s.sinkURL, sinkOptions(c, s))
 			if err != nil {
-				return usageError(err)
+				return err
 			}
+			defer httpSink.Close()
 			dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: s.brokers})
 			if err != nil {
 				return err
@@ -83,7 +84,7 @@ func bulkLoadCommand() *cli.Command {
 			"group (running worker pods help), and finishes when the group has committed every\n" +
 			"produced offset. With --embedded, Kafka, Redis and the sink emulator run in-process\n" +
 			"unless --brokers, --redis-addr or --sink are given.",
-		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), []cli.Flag{
+		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), []cli.Flag{
 			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods); 0: only produce, and wait for worker pods of the group to drain"),
 			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what is not given (nothing to install)"),
 			stringFlag("format", "", "input format: csv or ndjson (default: from the extension)"),
@@ -130,10 +131,12 @@ func bulkLoad(c *cli.Context) error {
 	if err := ensureTopics(ctx, s.brokers, s.topic, max(c.Int("topic-partitions"), workers)); err != nil {
 		return err
 	}
-	httpSink, err := sink.NewHTTP(sink.HTTPConfig{URL: s.sinkURL, Timeout: s.requestTimeout})
+	httpSink, err := sink.Open(ctx, s.sinkURL, sinkOptions(c, s))
 	if err != nil {
-		return usageError(err)
+		return err
 	}
+	defer httpSink.Close()
+	statsSink, _ := httpSink.(ingest.StatsSink)
 	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: s.brokers, RoundRobin: true})
 	if err != nil {
 		return err
@@ -178,7 +181,7 @@ func bulkLoad(c *cli.Context) error {
 			}
 			return sum
 		},
-		Sink:  httpSink,
+		Sink:  statsSink,
 		Start: start,
 	})
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/url"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -97,7 +96,7 @@ func readSettings(c *cli.Context) (settings, error) {
 	case s.batch < 1 || s.concurrency < 1 || s.maxInFlight < 1 || s.maxAttempts < 1:
 		return s, errors.New("--batch-size, --concurrency, --max-in-flight and --max-attempts must be ≥ 1")
 	}
-	if _, err := sinkBaseURL(s.sinkURL); err != nil {
+	if err := sink.CheckURL(s.sinkURL); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -129,15 +128,6 @@ func readRamp(c *cli.Context) (lease.Ramp, error) {
 		r.IdleReset = c.Duration("ramp-idle-reset")
 	}
 	return r, nil
-}
-
-// sinkBaseURL checks the --sink URL.
-func sinkBaseURL(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("--sink: want an http:// or https:// URL of the sink emulator, got %q", raw)
-	}
-	return raw, nil
 }
 
 func redisClients(addrs []string) []redis.UniversalClient {
