@@ -18,11 +18,11 @@ func TestHTTPConformance(t *testing.T) {
 			return serve(t, sim.Handler(), 0)
 		},
 		// The emulator's own throttling: its bucket is spent first.
-		retryable: func(t *testing.T, s ingest.Sink) []ingest.Record {
+		retryable: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
 			t.Helper()
 			_, err := s.Write(t.Context(), []ingest.Record{{ID: "spend", Value: []byte(`{"mag":1}`), Cost: 1_000_000}})
 			require.NoError(t, err)
-			return []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`), Cost: 1_000_000}}
+			return s, []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`), Cost: 1_000_000}}
 		},
 	}.run(t)
 }

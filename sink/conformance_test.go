@@ -17,16 +17,30 @@ import (
 //     without one (a CHECK constraint, the emulator's required fields);
 //   - retryable: arranges, with what the real server can produce, that
 //     writing the returned batch fails in a retryable way (a lock held by
-//     another transaction past the statement timeout, a 503, a stopped
-//     server), and returns it.
+//     another transaction past the statement timeout, the emulator's
+//     throttling, a stopped server), and returns it with the sink to write
+//     it to (s, or one on the stopped server);
+//   - bad (optional): a record the sink refuses for good, for sinks that
+//     have no schema to refuse a value without "mag" with.
 type conformance struct {
 	open      func(t *testing.T) ingest.Sink
-	retryable func(t *testing.T, s ingest.Sink) []ingest.Record
+	retryable func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record)
+	bad       func(id string) ingest.Record
+	// upsert: the sink overwrites and cannot tell a rewrite from a new
+	// record, so a rewrite is Delivered instead of Duplicate.
+	upsert bool
 }
 
 func (c conformance) run(t *testing.T) {
 	good := func(id string) ingest.Record { return ingest.Record{ID: id, Value: []byte(`{"mag":1.5}`), Cost: 1} }
-	bad := func(id string) ingest.Record { return ingest.Record{ID: id, Value: []byte(`{"depth":3}`), Cost: 1} }
+	bad := c.bad
+	if bad == nil {
+		bad = func(id string) ingest.Record { return ingest.Record{ID: id, Value: []byte(`{"depth":3}`), Cost: 1} }
+	}
+	dup := ingest.Duplicate
+	if c.upsert {
+		dup = ingest.Delivered
+	}
 	outcomes := func(res []ingest.Result) []ingest.Outcome {
 		out := make([]ingest.Outcome, len(res))
 		for i, r := range res {
@@ -54,12 +68,12 @@ func (c conformance) run(t *testing.T) {
 		require.NoError(t, err)
 		res, err := s.Write(t.Context(), []ingest.Record{good("d1"), good("d2")})
 		require.NoError(t, err)
-		require.Equal(t, []ingest.Outcome{ingest.Duplicate, ingest.Delivered}, outcomes(res))
+		require.Equal(t, []ingest.Outcome{dup, ingest.Delivered}, outcomes(res))
 	})
 	t.Run("retryable", func(t *testing.T) {
 		s := c.open(t)
-		batch := c.retryable(t, s)
-		res, err := s.Write(t.Context(), batch)
+		target, batch := c.retryable(t, s)
+		res, err := target.Write(t.Context(), batch)
 		if err != nil {
 			return // the whole attempt failed: the worker retries it
 		}
@@ -83,7 +97,7 @@ func (c conformance) run(t *testing.T) {
 		require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Permanent, ingest.Delivered, ingest.Permanent, ingest.Delivered}, outcomes(res))
 		res, err = s.Write(t.Context(), []ingest.Record{good("a"), good("c"), good("e")})
 		require.NoError(t, err)
-		require.Equal(t, []ingest.Outcome{ingest.Duplicate, ingest.Duplicate, ingest.Duplicate}, outcomes(res), "the neighbours were stored")
+		require.Equal(t, []ingest.Outcome{dup, dup, dup}, outcomes(res), "the neighbours were stored")
 	})
 	t.Run("cancelled", func(t *testing.T) {
 		s := c.open(t)

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/ingest"
@@ -50,7 +53,12 @@ type Opened interface {
 //   - postgres://user@host:port/db?table=T (also postgresql://): the
 //     PostgreSQL sink; optional query parameters id_column and value_column
 //     (defaults "id" and "value"), create_table=false to not create a
-//     missing table; other parameters go to the driver.
+//     missing table; other parameters go to the driver;
+//   - azuretables://host:port/account?table=T: the Azure Table Storage sink
+//     (AzureTablesSink), path-style as Azurite serves it, plain HTTP when
+//     host is a loopback address and HTTPS otherwise;
+//     azuretables://account.table.core.windows.net?table=T: the account is
+//     the host's first label. The account key comes from OpenConfig.
 func CheckURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -68,8 +76,18 @@ func CheckURL(raw string) error {
 		if u.Query().Get("table") == "" {
 			return fmt.Errorf("%w: %q needs ?table=<name>", ErrSinkURL, redact(u))
 		}
+	case "azuretables":
+		if u.Host == "" {
+			return fmt.Errorf("%w: %q has no host", ErrSinkURL, raw)
+		}
+		if u.User != nil {
+			return fmt.Errorf("%w: %q: credentials do not belong in the URL; use SLUICE_AZURE_ACCOUNT_KEY or --azure-account-key-file", ErrSinkURL, u.Redacted())
+		}
+		if !validTableName(u.Query().Get("table")) {
+			return fmt.Errorf("%w: %q needs ?table=<name> (3-63 letters and digits, not starting with a digit)", ErrSinkURL, raw)
+		}
 	default:
-		return fmt.Errorf("%w: unknown scheme %q in %q (want http, https or postgres)", ErrSinkURL, u.Scheme, redact(u))
+		return fmt.Errorf("%w: unknown scheme %q in %q (want http, https, postgres or azuretables)", ErrSinkURL, u.Scheme, redact(u))
 	}
 	return nil
 }
@@ -102,6 +120,16 @@ func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 			return nil, fmt.Errorf("%w %s: %w", ErrSinkURL, redact(u), err)
 		}
 		return s, nil
+	case "azuretables":
+		ac, err := azureConfig(u, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s, err := NewAzureTables(ctx, ac)
+		if err != nil {
+			return nil, fmt.Errorf("%w %s: %w", ErrSinkURL, raw, err)
+		}
+		return s, nil
 	default:
 		s, err := NewHTTP(HTTPConfig{URL: raw, Timeout: cfg.Timeout})
 		if err != nil {
@@ -110,6 +138,39 @@ func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 		return httpCloser{s}, nil
 	}
 }
+
+// azureConfig reads an azuretables:// URL and the account key.
+func azureConfig(u *url.URL, cfg OpenConfig) (AzureTablesConfig, error) {
+	ac := AzureTablesConfig{Table: u.Query().Get("table"), Timeout: cfg.Timeout, Logger: cfg.Logger}
+	scheme := "https"
+	if ip := net.ParseIP(u.Hostname()); (ip != nil && ip.IsLoopback()) || u.Hostname() == "localhost" {
+		scheme = "http"
+	}
+	if account := strings.Trim(u.Path, "/"); account != "" {
+		ac.Account = account
+		ac.ServiceURL = scheme + "://" + u.Host + "/" + account
+	} else {
+		ac.Account, _, _ = strings.Cut(u.Hostname(), ".")
+		ac.ServiceURL = scheme + "://" + u.Host
+	}
+	if cfg.AccountKeyFile != "" {
+		data, err := os.ReadFile(cfg.AccountKeyFile)
+		if err != nil {
+			return ac, fmt.Errorf("--azure-account-key-file: %w", err)
+		}
+		ac.Key = strings.TrimSpace(string(data))
+	} else {
+		ac.Key = strings.TrimSpace(os.Getenv(EnvAzureAccountKey))
+	}
+	if ac.Key == "" {
+		return ac, fmt.Errorf("%w %s: the account key is missing: set %s or --azure-account-key-file", ErrSinkURL, u.String(), EnvAzureAccountKey)
+	}
+	return ac, nil
+}
+
+// EnvAzureAccountKey is the environment variable holding the Azure storage
+// account key when no key file is given.
+const EnvAzureAccountKey = "SLUICE_AZURE_ACCOUNT_KEY"
 
 // httpCloser gives HTTPSink a no-op Close; it keeps Stats.
 type httpCloser struct{ *HTTPSink }

@@ -75,7 +75,7 @@ func TestPostgresConformance(t *testing.T) {
 		},
 		// Another transaction inserts the same id and holds it: the sink's
 		// insert waits on it until the statement timeout cancels it (57014).
-		retryable: func(t *testing.T, s ingest.Sink) []ingest.Record {
+		retryable: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
 			ps := s.(*PostgresSink)
 			conn, err := pgx.Connect(t.Context(), postgresURL(t))
 			require.NoError(t, err)
@@ -87,7 +87,7 @@ func TestPostgresConformance(t *testing.T) {
 			})
 			_, err = tx.Exec(t.Context(), fmt.Sprintf(`INSERT INTO %s (id, value) VALUES ('locked', '{"mag":1}')`, ps.table))
 			require.NoError(t, err)
-			return []ingest.Record{{ID: "locked", Value: []byte(`{"mag":2}`), Cost: 1}}
+			return s, []ingest.Record{{ID: "locked", Value: []byte(`{"mag":2}`), Cost: 1}}
 		},
 	}.run(t)
 }

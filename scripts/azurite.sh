@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# scripts/azurite.sh — Azurite's Table service (the Azure Storage emulator)
+# for tests, benchmarks and CI.
+#
+#   scripts/azurite.sh start    npm-install the pinned Azurite if missing, start
+#                               azurite-table, wait until it accepts connections;
+#                               the last line printed is the --sink URL prefix
+#   scripts/azurite.sh stop     SIGTERM, then SIGKILL after 10 s
+#   scripts/azurite.sh status   print "running ..." (exit 0) or "stopped" (exit 3)
+#
+# Both start and stop are idempotent. The emulator listens on 127.0.0.1 only,
+# keeps its data in memory, has telemetry disabled, and serves the well-known
+# development account devstoreaccount1, whose public key is documented by
+# Microsoft for the emulator (tests pass it in SLUICE_AZURE_ACCOUNT_KEY).
+#
+# Environment:
+#   SLUICE_AZURITE_PORT      port                        (10102)
+#   SLUICE_AZURITE_VERSION   npm version of azurite      (3.35.0)
+#   SLUICE_AZURITE_WAIT      readiness timeout, seconds  (30)
+#   SLUICE_CACHE             cache root                  (.cache, relative to the repository)
+#
+# Layout under $SLUICE_CACHE/azurite:
+#   node_modules/            the npm install
+#   azurite-<port>.pid       the emulator's pid
+#   azurite-<port>.log       its log
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HOST=127.0.0.1
+PORT="${SLUICE_AZURITE_PORT:-10102}"
+VERSION="${SLUICE_AZURITE_VERSION:-3.35.0}"
+WAIT_SECONDS="${SLUICE_AZURITE_WAIT:-30}"
+STOP_SECONDS=10
+CACHE="${SLUICE_CACHE:-.cache}"
+[[ "$CACHE" = /* ]] || CACHE="$ROOT/$CACHE"
+DIR="$CACHE/azurite"
+PIDFILE="$DIR/azurite-$PORT.pid"
+LOGFILE="$DIR/azurite-$PORT.log"
+BIN="$DIR/node_modules/.bin/azurite-table"
+URL="azuretables://$HOST:$PORT/devstoreaccount1"
+
+log() { echo "azurite.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+listening() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null || return 1; exec 3<&- 3>&-; }
+
+pid() {
+  [[ -s "$PIDFILE" ]] || return 1
+  local p
+  p="$(<"$PIDFILE")"
+  [[ "$p" =~ ^[0-9]+$ ]] && kill -0 "$p" 2>/dev/null || return 1
+  echo "$p"
+}
+
+install_azurite() {
+  if [[ -x "$BIN" ]] && [[ "$(node -p "require('$DIR/node_modules/azurite/package.json').version" 2>/dev/null)" == "$VERSION" ]]; then
+    return 0
+  fi
+  command -v npm >/dev/null || die "npm is missing: install Node.js (apt-get install -y nodejs npm)"
+  log "installing azurite@$VERSION into $DIR"
+  mkdir -p "$DIR"
+  [[ -f "$DIR/package.json" ]] || echo '{"private":true}' >"$DIR/package.json"
+  (cd "$DIR" && npm install --no-audit --no-fund --loglevel=error "azurite@$VERSION" >/dev/null) \
+    || die "npm install azurite@$VERSION failed"
+}
+
+start() {
+  if p="$(pid)" && listening; then
+    log "already running on $HOST:$PORT (pid $p)"
+    echo "$URL"
+    return 0
+  fi
+  listening && die "something else already listens on $HOST:$PORT; set SLUICE_AZURITE_PORT to another port"
+  install_azurite
+  mkdir -p "$DIR"
+  rm -f "$PIDFILE"
+  AZURITE_DISABLE_TELEMETRY=1 nohup "$BIN" --tableHost "$HOST" --tablePort "$PORT" --inMemoryPersistence \
+    --disableTelemetry --skipApiVersionCheck --disableProductStyleUrl --loose --silent \
+    >"$LOGFILE" 2>&1 </dev/null &
+  echo $! >"$PIDFILE"
+  local deadline=$((SECONDS + WAIT_SECONDS))
+  until listening; do
+    pid >/dev/null || { tail -n 20 "$LOGFILE" >&2; die "azurite-table exited; see $LOGFILE"; }
+    ((SECONDS >= deadline)) && die "azurite-table did not listen on $HOST:$PORT within ${WAIT_SECONDS}s; see $LOGFILE"
+    sleep 0.1
+  done
+  log "running on $HOST:$PORT (pid $(pid || echo '?'), log $LOGFILE)"
+  echo "$URL"
+}
+
+stop() {
+  local p
+  if ! p="$(pid)"; then
+    rm -f "$PIDFILE"
+    log "not running on port $PORT"
+    return 0
+  fi
+  kill -TERM "$p" 2>/dev/null || true
+  local deadline=$((SECONDS + STOP_SECONDS))
+  while kill -0 "$p" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+      log "pid $p did not stop within ${STOP_SECONDS}s; killing it"
+      kill -KILL "$p" 2>/dev/null || true
+      break
+    fi
+    sleep 0.1
+  done
+  rm -f "$PIDFILE"
+  log "stopped (was pid $p)"
+}
+
+status() {
+  local p
+  if p="$(pid)" && listening; then
+    echo "running on $HOST:$PORT (pid $p)"
+    return 0
+  fi
+  echo "stopped"
+  return 3
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  *) die "usage: $0 start|stop|status" ;;
+esac

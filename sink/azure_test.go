@@ -1,0 +1,145 @@
+package sink
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// azuriteKey is the Azure Storage emulator's well-known development account
+// key, published by Microsoft for devstoreaccount1; not a secret.
+const azuriteKey = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+var (
+	azOnce sync.Once
+	azURL  string
+	azErr  error
+)
+
+// azuriteURL is the --sink prefix of a real Azurite Table service,
+// "azuretables://127.0.0.1:<port>/devstoreaccount1": SLUICE_TEST_AZURITE_URL,
+// or the one scripts/azurite.sh starts (idempotent; the Makefile stops it).
+func azuriteURL(t testing.TB) string {
+	t.Helper()
+	azOnce.Do(func() {
+		if azURL = os.Getenv("SLUICE_TEST_AZURITE_URL"); azURL != "" {
+			return
+		}
+		var stderr bytes.Buffer
+		cmd := exec.Command("../scripts/azurite.sh", "start")
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			azErr = fmt.Errorf("scripts/azurite.sh start: %w: %s", err, stderr.String())
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		azURL = lines[len(lines)-1]
+	})
+	require.NoError(t, azErr)
+	return azURL
+}
+
+func openAzure(t testing.TB) *AzureTablesSink {
+	t.Helper()
+	service := "http://" + strings.TrimPrefix(azuriteURL(t), "azuretables://")
+	s, err := NewAzureTables(t.Context(), AzureTablesConfig{ServiceURL: service, Account: "devstoreaccount1", Key: azuriteKey, Table: strings.ReplaceAll(freshTable("t"), "_", "")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestAzureTablesConformance(t *testing.T) {
+	t.Parallel()
+	conformance{
+		open:   func(t *testing.T) ingest.Sink { return openAzure(t) },
+		upsert: true,
+		// A stopped server: nothing listens on the port, the transport fails.
+		retryable: func(t *testing.T, _ ingest.Sink) (ingest.Sink, []ingest.Record) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			addr := ln.Addr().String()
+			require.NoError(t, ln.Close())
+			cred, err := aztables.NewSharedKeyCredential("devstoreaccount1", azuriteKey)
+			require.NoError(t, err)
+			opts := &aztables.ClientOptions{}
+			opts.Retry = policy.RetryOptions{MaxRetries: -1}
+			transport := &http.Transport{}
+			opts.Transport = &http.Client{Transport: transport}
+			svc, err := aztables.NewServiceClientWithSharedKey("http://"+addr+"/devstoreaccount1", cred, opts)
+			require.NoError(t, err)
+			return &AzureTablesSink{client: svc.NewClient("stopped"), transport: transport, timeout: DefaultTimeout}, []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`)}}
+		},
+		// A string property over Table Storage's 64 KiB limit.
+		bad: func(id string) ingest.Record {
+			return ingest.Record{ID: id, Value: []byte(`{"pad":"` + strings.Repeat("x", 70<<10) + `"}`), Cost: 1}
+		},
+	}.run(t)
+}
+
+func TestAzureTablesKeysAndGrouping(t *testing.T) {
+	t.Parallel()
+	s := openAzure(t)
+	batch := make([]ingest.Record, 0, 250)
+	for i := range 250 { // 250 records in 2 partitions: 3 transactions at least
+		batch = append(batch, ingest.Record{ID: fmt.Sprintf("id-%d", i), SinkKey: fmt.Sprintf("part%d/row#%d", i%2, i), Value: []byte(`{"mag":1}`)})
+	}
+	batch = append(batch, batch[0]) // repeated in the batch
+	res, err := s.Write(t.Context(), batch)
+	require.NoError(t, err)
+	for i, r := range res[:250] {
+		require.Equal(t, ingest.Delivered, r.Outcome, "record %d: %s", i, r.Reason)
+	}
+	require.Equal(t, ingest.Duplicate, res[250].Outcome)
+	got, err := s.client.GetEntity(t.Context(), "part1", "part1%2Frow%231", nil)
+	require.NoError(t, err)
+	require.Contains(t, string(got.Value), `"Value":"{\"mag\":1}"`)
+
+	require.Equal(t, "p"+fmt.Sprintf("%02d", 0)[:0]+AzurePartitionKey(ingest.Record{ID: "x"})[1:], AzurePartitionKey(ingest.Record{ID: "x"}))
+	require.Equal(t, "given", AzurePartitionKey(ingest.Record{ID: "x", SinkKey: "a/b", PartitionKey: "given"}))
+	require.Equal(t, "a%2Fb%5C%23%3F%25", EscapeAzureKey(`a/b\#?%`))
+}
+
+func TestNewAzureTablesRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []AzureTablesConfig{
+		{Account: "a", Key: "k", Table: "tab"},
+		{ServiceURL: "http://127.0.0.1:1/a", Key: "k", Table: "tab"},
+		{ServiceURL: "http://127.0.0.1:1/a", Account: "a", Table: "tab"},
+		{ServiceURL: "http://127.0.0.1:1/a", Account: "a", Key: "k", Table: "t_1"},
+	} {
+		_, err := NewAzureTables(t.Context(), cfg)
+		require.ErrorIs(t, err, ErrAzureConfig, "%+v", cfg)
+	}
+}
+
+func TestOpenAzureTablesFromURL(t *testing.T) {
+	keyFile := t.TempDir() + "/key"
+	require.NoError(t, os.WriteFile(keyFile, []byte(azuriteKey+"\n"), 0o600))
+	s, err := Open(t.Context(), azuriteURL(t)+"?table=openurl", OpenConfig{AccountKeyFile: keyFile})
+	require.NoError(t, err)
+	defer s.Close()
+	res, err := s.Write(t.Context(), []ingest.Record{{ID: "x", Value: []byte(`{}`)}})
+	require.NoError(t, err)
+	require.Equal(t, ingest.Delivered, res[0].Outcome)
+
+	t.Setenv(EnvAzureAccountKey, "")
+	_, err = Open(t.Context(), azuriteURL(t)+"?table=openurl", OpenConfig{})
+	require.ErrorContains(t, err, EnvAzureAccountKey)
+	for _, bad := range []string{"azuretables://127.0.0.1:1/a", "azuretables://u:p@127.0.0.1:1/a?table=abc", "azuretables://127.0.0.1:1/a?table=a_b"} {
+		_, err := Open(t.Context(), bad, OpenConfig{})
+		require.ErrorIs(t, err, ErrSinkURL, bad)
+	}
+}
