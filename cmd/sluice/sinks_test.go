@@ -10,13 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/sink"
 )
 
 // usgsPlusBad writes the whole USGS file plus one row, a copy of the first
-// with the id "sluice-bad-1", that the sink's table refuses by a constraint.
-func usgsPlusBad(t *testing.T) string {
+// with the id "sluice-bad-1" (and, with pad, a place of pad characters),
+// that the sink refuses: by a constraint, or for its size.
+func usgsPlusBad(t *testing.T, pad int) string {
 	t.Helper()
 	data, err := os.ReadFile("../../testdata/usgs-earthquakes-2025-05.csv")
 	require.NoError(t, err)
@@ -24,6 +29,9 @@ func usgsPlusBad(t *testing.T) string {
 	require.Len(t, lines, 9367, "header + 9,366 records")
 	bad := strings.Replace(lines[1], ",nn00898537,", ",sluice-bad-1,", 1)
 	require.NotEqual(t, lines[1], bad)
+	if pad > 0 {
+		bad = strings.Replace(bad, `"45 km ESE of Beatty, Nevada"`, strings.Repeat("x", pad), 1)
+	}
 	path := filepath.Join(t.TempDir(), "usgs-plus-bad.csv")
 	require.NoError(t, os.WriteFile(path, []byte(strings.Join(append(lines, bad), "\n")+"\n"), 0o600))
 	return path
@@ -57,7 +65,7 @@ func TestBulkLoadIntoPostgres(t *testing.T) {
 	_, err = conn.Exec(t.Context(), fmt.Sprintf(`CREATE TABLE %s (id text PRIMARY KEY, value jsonb NOT NULL,
 		ingested_at timestamptz NOT NULL DEFAULT now(), CONSTRAINT not_bad CHECK (value->>'id' <> 'sluice-bad-1'))`, table))
 	require.NoError(t, err)
-	path := usgsPlusBad(t)
+	path := usgsPlusBad(t, 0)
 	count := func() (n int64) {
 		require.NoError(t, conn.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
 		return n
@@ -78,3 +86,53 @@ func TestBulkLoadIntoPostgres(t *testing.T) {
 		require.Equal(t, int64(9366), count(), "run %d: every record exactly once (the second load adds none)", run)
 	}
 }
+
+// The USGS file into Azurite's Table service through embedded Kafka and
+// Redis: 9,366 entities once, the oversized row dead-lettered, and a second
+// bulk-load of the same file adds none.
+func TestBulkLoadIntoAzureTables(t *testing.T) {
+	base := os.Getenv("SLUICE_TEST_AZURITE_URL")
+	if base == "" {
+		var stderr bytes.Buffer
+		cmd := exec.Command("../../scripts/azurite.sh", "start")
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "scripts/azurite.sh start: %s", stderr.String())
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		base = lines[len(lines)-1]
+	}
+	t.Setenv(sink.EnvAzureAccountKey, azuriteKey)
+	table := fmt.Sprintf("quakes%d", time.Now().UnixNano())
+	path := usgsPlusBad(t, 40_000)
+	count := func() (n int64) {
+		cred, err := aztables.NewSharedKeyCredential("devstoreaccount1", azuriteKey)
+		require.NoError(t, err)
+		svc, err := aztables.NewServiceClientWithSharedKey("http://"+strings.TrimPrefix(base, "azuretables://"), cred, nil)
+		require.NoError(t, err)
+		pager := svc.NewClient(table).NewListEntitiesPager(&aztables.ListEntitiesOptions{Select: to.Ptr("RowKey")})
+		for pager.More() {
+			page, err := pager.NextPage(t.Context())
+			require.NoError(t, err)
+			n += int64(len(page.Entities))
+		}
+		return n
+	}
+	for run := 1; run <= 2; run++ {
+		summary := filepath.Join(t.TempDir(), "summary.json")
+		start := time.Now()
+		code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--sink", base+"?table="+table,
+			"--capacity", "100000", "--partitions", "4", "--batch-size", "500", "--id-field", "id",
+			"--topic", "quakes", "--summary-json", summary, path)
+		require.Equal(t, exitDeadLetters, code, "run %d stderr:\n%s", run, stderr)
+		require.Contains(t, stderr, "PropertyValueTooLarge", "the reason names the service's error")
+		s := readSummary(t, summary)
+		t.Logf("run %d: %d records in %v (%.0f records/s end to end): %+v", run, s.RecordsTotal, time.Since(start), float64(s.RecordsTotal)/s.ElapsedS, s)
+		require.Equal(t, int64(9367), s.RecordsTotal)
+		require.Equal(t, int64(1), s.RecordsDeadLettered)
+		require.Equal(t, int64(9366), count(), "run %d: every record exactly once (the second load adds none)", run)
+	}
+}
+
+// azuriteKey is the Azure Storage emulator's well-known development account
+// key, published by Microsoft for devstoreaccount1; not a secret.
+const azuriteKey = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
