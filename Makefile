@@ -23,8 +23,16 @@ demo: build ## bulk-load the USGS earthquakes through embedded Kafka, Redis and 
 	@echo "summary written to $(CACHE)/demo-summary.json"
 
 .PHONY: test
-test: ## unit and integration tests with the race detector (starts a real redis-server itself)
-	$(GO) test -race -count=1 ./...
+test: ## unit and integration tests with the race detector (starts redis-server, PostgreSQL and Azurite itself)
+	scripts/postgres.sh start >/dev/null
+	scripts/azurite.sh start >/dev/null
+	$(GO) test -race -count=1 ./...; \
+		rc=$$?; scripts/postgres.sh stop; scripts/azurite.sh stop; exit $$rc
+
+.PHONY: services-stop
+services-stop: ## stop the PostgreSQL and Azurite that tests started
+	scripts/postgres.sh stop
+	scripts/azurite.sh stop
 
 .PHONY: e2e
 e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here), separate sluice processes
