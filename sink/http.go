@@ -3,6 +3,10 @@ package sink
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +14,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -36,9 +41,21 @@ type HTTPConfig struct {
 	// Default 2 s.
 	Timeout time.Duration
 	// Client sends the requests. Default: a client with its own pooled
-	// transport (up to 64 idle connections to the sink) that does not
-	// follow redirects.
+	// transport (up to 64 idle connections to the sink, TLS as CAFile and
+	// InsecureSkipVerify say) that does not follow redirects.
 	Client *http.Client
+	// NDJSON sends the batch as newline-delimited JSON records
+	// (Content-Type application/x-ndjson) instead of a JSON array.
+	NDJSON bool
+	// Header is added to every request, e.g. an Authorization read from a
+	// file or the environment. Its values are never logged.
+	Header http.Header
+	// CAFile names a PEM file of certificate authorities trusted for an
+	// https:// sink besides the system's. Ignored when Client is set.
+	CAFile string
+	// InsecureSkipVerify skips the verification of the sink's TLS
+	// certificate (tests only). Ignored when Client is set.
+	InsecureSkipVerify bool
 }
 
 // HTTPSink writes batches to a sink that speaks the wire protocol of the
@@ -48,6 +65,8 @@ type HTTPSink struct {
 	records, stats string
 	timeout        time.Duration
 	client         *http.Client
+	ndjson         bool
+	header         http.Header
 }
 
 var _ ingest.StatsSink = (*HTTPSink)(nil)
@@ -71,6 +90,24 @@ func NewHTTP(cfg HTTPConfig) (*HTTPSink, error) {
 	if cfg.Client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
+		if cfg.CAFile != "" || cfg.InsecureSkipVerify {
+			tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // opt-in, for tests
+			if cfg.CAFile != "" {
+				pem, err := os.ReadFile(cfg.CAFile)
+				if err != nil {
+					return nil, fmt.Errorf("sink: CA file: %w", err)
+				}
+				pool, err := x509.SystemCertPool()
+				if err != nil {
+					pool = x509.NewCertPool()
+				}
+				if !pool.AppendCertsFromPEM(pem) {
+					return nil, fmt.Errorf("sink: CA file %s: no PEM certificate found", cfg.CAFile)
+				}
+				tc.RootCAs = pool
+			}
+			t.TLSClientConfig = tc
+		}
 		cfg.Client = &http.Client{
 			Transport: t,
 			// A redirected POST would turn into a GET; report it instead.
@@ -78,7 +115,8 @@ func NewHTTP(cfg HTTPConfig) (*HTTPSink, error) {
 		}
 	}
 	base := strings.TrimRight(u.String(), "/")
-	return &HTTPSink{records: base + PathRecords, stats: base + PathStats, timeout: cfg.Timeout, client: cfg.Client}, nil
+	return &HTTPSink{records: base + PathRecords, stats: base + PathStats, timeout: cfg.Timeout, client: cfg.Client,
+		ndjson: cfg.NDJSON, header: cfg.Header.Clone()}, nil
 }
 
 // Write implements ingest.Sink: it POSTs batch as one request and maps the
@@ -99,7 +137,7 @@ func (h *HTTPSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.R
 	if len(batch) == 0 {
 		return []ingest.Result{}, nil
 	}
-	resp, body, err := h.do(ctx, http.MethodPost, h.records, encodeBatch(batch))
+	resp, body, err := h.do(ctx, http.MethodPost, h.records, encodeBatch(batch, h.ndjson), batchKey(batch))
 	if err != nil {
 		return nil, fmt.Errorf("sink: write %d records: %w", len(batch), err)
 	}
@@ -203,7 +241,7 @@ func retryAfterOf(hdr http.Header, now time.Time) time.Duration {
 
 // Stats implements ingest.StatsSink: it GETs /v1/stats.
 func (h *HTTPSink) Stats(ctx context.Context) (ingest.SinkStats, error) {
-	resp, body, err := h.do(ctx, http.MethodGet, h.stats, nil)
+	resp, body, err := h.do(ctx, http.MethodGet, h.stats, nil, "")
 	if err != nil {
 		return ingest.SinkStats{}, fmt.Errorf("sink: stats: %w", err)
 	}
@@ -218,7 +256,7 @@ func (h *HTTPSink) Stats(ctx context.Context) (ingest.SinkStats, error) {
 }
 
 // do sends one request under the sink's timeout and reads the whole answer.
-func (h *HTTPSink) do(ctx context.Context, method, url string, body []byte) (*http.Response, []byte, error) {
+func (h *HTTPSink) do(ctx context.Context, method, url string, body []byte, idemKey string) (*http.Response, []byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	var rd io.Reader
@@ -229,8 +267,19 @@ func (h *HTTPSink) do(ctx context.Context, method, url string, body []byte) (*ht
 	if err != nil {
 		return nil, nil, err
 	}
+	for k, vs := range h.header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+		if h.ndjson {
+			req.Header.Set("Content-Type", "application/x-ndjson")
+		}
+	}
+	if idemKey != "" {
+		req.Header.Set(HeaderIdempotencyKey, idemKey)
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {
@@ -250,25 +299,48 @@ func (h *HTTPSink) do(ctx context.Context, method, url string, body []byte) (*ht
 	return resp, data, nil
 }
 
-// encodeBatch writes batch as the wire's JSON array. A value that is valid
+// HeaderIdempotencyKey carries the batch's idempotency key: the same batch
+// retried carries the same key (each record's own key is its "id").
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// batchKey is the batch's idempotency key: the hex SHA-256 of its record IDs,
+// so that a retry of the same batch carries the same key.
+func batchKey(batch []ingest.Record) string {
+	h := sha256.New()
+	for _, r := range batch {
+		h.Write([]byte(r.ID))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// encodeBatch writes batch as the wire's JSON array, or with ndjson as one
+// record per line. A record's non-empty SinkKey is sent as "key". A value that is valid
 // JSON is copied byte for byte (so a bytes-unit sink sees the record's
 // length); any other value is sent as a JSON string, which the emulator
 // rejects for that record alone instead of failing the whole request.
 // Cost is omitted when < 1 (the sink then charges its default).
-func encodeBatch(batch []ingest.Record) []byte {
+func encodeBatch(batch []ingest.Record, ndjson bool) []byte {
 	n := 2
 	for _, r := range batch {
 		n += len(r.ID) + len(r.Value) + 48
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, n))
-	buf.WriteByte('[')
+	if !ndjson {
+		buf.WriteByte('[')
+	}
 	for i, r := range batch {
-		if i > 0 {
+		if i > 0 && !ndjson {
 			buf.WriteByte(',')
 		}
 		id, _ := json.Marshal(r.ID) // a string always marshals
 		buf.WriteString(`{"id":`)
 		buf.Write(id)
+		if r.SinkKey != "" {
+			key, _ := json.Marshal(r.SinkKey)
+			buf.WriteString(`,"key":`)
+			buf.Write(key)
+		}
 		if r.Cost >= 1 {
 			buf.WriteString(`,"cost":`)
 			buf.WriteString(strconv.FormatInt(r.Cost, 10))
@@ -281,7 +353,12 @@ func encodeBatch(batch []ingest.Record) []byte {
 			buf.Write(s)
 		}
 		buf.WriteByte('}')
+		if ndjson {
+			buf.WriteByte('\n')
+		}
 	}
-	buf.WriteByte(']')
+	if !ndjson {
+		buf.WriteByte(']')
+	}
 	return buf.Bytes()
 }

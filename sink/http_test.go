@@ -219,7 +219,7 @@ func TestEncodeBatch(t *testing.T) {
 		record("bad", "{not json", 1),
 		record("nocost", `{}`, 0),
 		record("empty", ``, 1),
-	})
+	}, false)
 	var got []WireRecord
 	require.NoError(t, json.Unmarshal(data, &got), string(data))
 	require.Len(t, got, 4)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -34,6 +35,18 @@ type OpenConfig struct {
 	// (surrounding white space is ignored); when empty the key comes from
 	// the SLUICE_AZURE_ACCOUNT_KEY environment variable.
 	AccountKeyFile string
+	// HeadersFile names a file of extra HTTP headers for the HTTP sink, one
+	// "Name: value" a line (blank lines and lines starting with # are
+	// skipped); values may be secrets and are never logged. The
+	// SLUICE_SINK_AUTHORIZATION environment variable, when set, gives the
+	// Authorization header.
+	HeadersFile string
+	// NDJSON makes the HTTP sink send newline-delimited JSON.
+	NDJSON bool
+	// CAFile and InsecureSkipVerify are the HTTP sink's TLS settings; see
+	// HTTPConfig.
+	CAFile             string
+	InsecureSkipVerify bool
 	// Logger receives the sink's events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -131,7 +144,12 @@ func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 		}
 		return s, nil
 	default:
-		s, err := NewHTTP(HTTPConfig{URL: raw, Timeout: cfg.Timeout})
+		header, err := readHeaders(cfg.HeadersFile)
+		if err != nil {
+			return nil, err
+		}
+		s, err := NewHTTP(HTTPConfig{URL: raw, Timeout: cfg.Timeout, Header: header, NDJSON: cfg.NDJSON,
+			CAFile: cfg.CAFile, InsecureSkipVerify: cfg.InsecureSkipVerify})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrSinkURL, err)
 		}
@@ -166,6 +184,39 @@ func azureConfig(u *url.URL, cfg OpenConfig) (AzureTablesConfig, error) {
 		return ac, fmt.Errorf("%w %s: the account key is missing: set %s or --azure-account-key-file", ErrSinkURL, u.String(), EnvAzureAccountKey)
 	}
 	return ac, nil
+}
+
+// EnvSinkAuthorization is the environment variable that, when set, gives
+// the HTTP sink's Authorization header.
+const EnvSinkAuthorization = "SLUICE_SINK_AUTHORIZATION"
+
+// readHeaders reads the HTTP sink's extra headers: the file's, then
+// Authorization from EnvSinkAuthorization. Errors name the file and line
+// but never a value.
+func readHeaders(file string) (http.Header, error) {
+	h := http.Header{}
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--sink-headers-file: %w", err)
+		}
+		for n, line := range strings.Split(string(data), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			name, value, ok := strings.Cut(line, ":")
+			name = strings.TrimSpace(name)
+			if !ok || name == "" || strings.ContainsAny(name, " \t") {
+				return nil, fmt.Errorf("--sink-headers-file %s:%d: want \"Name: value\"", file, n+1)
+			}
+			h.Add(name, strings.TrimSpace(value))
+		}
+	}
+	if v := os.Getenv(EnvSinkAuthorization); v != "" {
+		h.Set("Authorization", v)
+	}
+	return h, nil
 }
 
 // EnvAzureAccountKey is the environment variable holding the Azure storage

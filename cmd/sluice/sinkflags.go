@@ -14,6 +14,10 @@ func sinkFlags() []cli.Flag {
 	return inCategory(catConnect,
 		durationFlag("sink-statement-timeout", sink.DefaultPostgresStatementTimeout, "postgres:// sink: the server's statement_timeout; a slower batch is retried"),
 		intFlag("sink-max-conns", sink.DefaultPostgresMaxConns, "postgres:// sink: connection pool size"),
+		stringFlag("sink-headers-file", "", "http(s):// sink: file of extra request headers, one \"Name: value\" a line (secrets stay out of flags; SLUICE_SINK_AUTHORIZATION sets Authorization)"),
+		boolFlag("sink-ndjson", "http(s):// sink: send batches as newline-delimited JSON instead of a JSON array"),
+		stringFlag("sink-ca-file", "", "https:// sink: PEM file of extra trusted certificate authorities"),
+		boolFlag("sink-insecure-skip-verify", "https:// sink: do not verify the sink's certificate (tests only)"),
 		stringFlag("azure-account-key-file", "", "azuretables:// sink: file holding the storage account key (else SLUICE_AZURE_ACCOUNT_KEY)"),
 	)
 }
@@ -21,10 +25,14 @@ func sinkFlags() []cli.Flag {
 // sinkOptions builds sink.Open's config from the sink flags.
 func sinkOptions(c *cli.Context, s settings) sink.OpenConfig {
 	return sink.OpenConfig{
-		Timeout:          s.requestTimeout,
-		StatementTimeout: c.Duration("sink-statement-timeout"),
-		MaxConns:         c.Int("sink-max-conns"),
-		AccountKeyFile:   c.String("azure-account-key-file"),
-		Logger:           s.log,
+		Timeout:            s.requestTimeout,
+		StatementTimeout:   c.Duration("sink-statement-timeout"),
+		MaxConns:           c.Int("sink-max-conns"),
+		AccountKeyFile:     c.String("azure-account-key-file"),
+		HeadersFile:        c.String("sink-headers-file"),
+		NDJSON:             c.Bool("sink-ndjson"),
+		CAFile:             c.String("sink-ca-file"),
+		InsecureSkipVerify: c.Bool("sink-insecure-skip-verify"),
+		Logger:             s.log,
 	}
 }
