@@ -143,3 +143,27 @@ func TestOpenAzureTablesFromURL(t *testing.T) {
 		require.ErrorIs(t, err, ErrSinkURL, bad)
 	}
 }
+
+// BenchmarkAzureTablesWrite measures unthrottled upserts into Azurite, by
+// batch size, over 8 partition keys:
+// go test -run '^$' -bench AzureTablesWrite ./sink/
+func BenchmarkAzureTablesWrite(b *testing.B) {
+	for _, size := range []int{100, 500, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			s := openAzure(b)
+			value := []byte(`{"mag":2.5,"place":"10 km N of Somewhere, CA","depth":7.3,"time":"2025-05-01T00:00:00Z"}`)
+			n := 0
+			for b.Loop() {
+				batch := make([]ingest.Record, size)
+				for i := range batch {
+					n++
+					batch[i] = ingest.Record{ID: fmt.Sprintf("r%09d", n), PartitionKey: fmt.Sprintf("p%d", n%8), Value: value}
+				}
+				if _, err := s.Write(b.Context(), batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}

@@ -147,3 +147,33 @@ func TestReadHeaders(t *testing.T) {
 	require.ErrorContains(t, err, file+":2")
 	require.NotContains(t, err.Error(), "secret", "values are never shown")
 }
+
+// BenchmarkHTTPSinkWrite measures unthrottled writes to the emulator (one
+// client, one request at a time), by batch size:
+// go test -run '^$' -bench HTTPSinkWrite ./sink/
+func BenchmarkHTTPSinkWrite(b *testing.B) {
+	for _, size := range []int{100, 500, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			sim, err := NewSim(SimConfig{Capacity: MaxCapacity / 10})
+			require.NoError(b, err)
+			srv := httptest.NewServer(sim.Handler())
+			b.Cleanup(srv.Close)
+			hs, err := NewHTTP(HTTPConfig{URL: srv.URL})
+			require.NoError(b, err)
+			b.Cleanup(hs.client.CloseIdleConnections)
+			value := []byte(`{"mag":2.5,"place":"10 km N of Somewhere, CA","depth":7.3,"time":"2025-05-01T00:00:00Z"}`)
+			n := 0
+			for b.Loop() {
+				batch := make([]ingest.Record, size)
+				for i := range batch {
+					n++
+					batch[i] = ingest.Record{ID: fmt.Sprintf("r%09d", n), Value: value, Cost: 1}
+				}
+				if _, err := hs.Write(b.Context(), batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
