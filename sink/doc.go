@@ -1,6 +1,7 @@
 // Package sink writes records to throttled services: the retry policy, the
-// HTTP sink, and the throttled sink emulator (`sluice sink-sim`) that is the
-// oracle of every end-to-end test and benchmark.
+// sinks (HTTPSink, PostgresSink, AzureTablesSink; Open selects one by the
+// --sink URL's scheme), and the throttled sink emulator (`sluice sink-sim`)
+// that is the oracle of every end-to-end test and benchmark.
 //
 // # Retry policy
 //
