@@ -40,18 +40,11 @@ LOGFILE="$DIR/azurite-$PORT.log"
 BIN="$DIR/node_modules/.bin/azurite-table"
 URL="azuretables://$HOST:$PORT/devstoreaccount1"
 
-log() { echo "azurite.sh: $*" >&2; }
-die() { log "$*"; exit 1; }
+NAME=azurite.sh
+# shellcheck source=service.sh
+source "$ROOT/scripts/service.sh"
 
 listening() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null || return 1; exec 3<&- 3>&-; }
-
-pid() {
-  [[ -s "$PIDFILE" ]] || return 1
-  local p
-  p="$(<"$PIDFILE")"
-  [[ "$p" =~ ^[0-9]+$ ]] && kill -0 "$p" 2>/dev/null || return 1
-  echo "$p"
-}
 
 install_azurite() {
   if [[ -x "$BIN" ]] && [[ "$(node -p "require('$DIR/node_modules/azurite/package.json').version" 2>/dev/null)" == "$VERSION" ]]; then
@@ -96,16 +89,7 @@ stop() {
     log "not running on port $PORT"
     return 0
   fi
-  kill -TERM "$p" 2>/dev/null || true
-  local deadline=$((SECONDS + STOP_SECONDS))
-  while kill -0 "$p" 2>/dev/null; do
-    if ((SECONDS >= deadline)); then
-      log "pid $p did not stop within ${STOP_SECONDS}s; killing it"
-      kill -KILL "$p" 2>/dev/null || true
-      break
-    fi
-    sleep 0.1
-  done
+  terminate "$p"
   rm -f "$PIDFILE"
   log "stopped (was pid $p)"
 }
@@ -120,9 +104,4 @@ status() {
   return 3
 }
 
-case "${1:-}" in
-  start) start ;;
-  stop) stop ;;
-  status) status ;;
-  *) die "usage: $0 start|stop|status" ;;
-esac
+dispatch "$@"

@@ -38,8 +38,9 @@ DATA="$DIR/data-$PORT"
 LOGFILE="$DIR/postgres-$PORT.log"
 URL="postgres://postgres@$HOST:$PORT/postgres"
 
-log() { echo "postgres.sh: $*" >&2; }
-die() { log "$*"; exit 1; }
+NAME=postgres.sh
+# shellcheck source=service.sh
+source "$ROOT/scripts/service.sh"
 
 bindir() {
   local d
@@ -134,9 +135,4 @@ status() {
   return 3
 }
 
-case "${1:-}" in
-  start) start ;;
-  stop) stop ;;
-  status) status ;;
-  *) die "usage: $0 start|stop|status" ;;
-esac
+dispatch "$@"

@@ -34,8 +34,9 @@ DIR="$CACHE/redis"
 PIDFILE="$DIR/redis-$PORT.pid"
 LOGFILE="$DIR/redis-$PORT.log"
 
-log() { echo "redis.sh: $*" >&2; }
-die() { log "$*"; exit 1; }
+NAME=redis.sh
+# shellcheck source=service.sh
+source "$ROOT/scripts/service.sh"
 
 # ping answers 0 when a Redis on HOST:PORT replies PONG.
 ping() {
@@ -49,14 +50,6 @@ ping() {
     exec 3<&- 3>&-
     [[ "$reply" == "+PONG"* ]]
   fi
-}
-
-pid() {
-  [[ -s "$PIDFILE" ]] || return 1
-  local p
-  p="$(<"$PIDFILE")"
-  [[ "$p" =~ ^[0-9]+$ ]] && kill -0 "$p" 2>/dev/null || return 1
-  echo "$p"
 }
 
 install_redis() {
@@ -107,16 +100,7 @@ stop() {
   if command -v redis-cli >/dev/null; then
     redis-cli -h "$HOST" -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
   fi
-  kill -TERM "$p" 2>/dev/null || true
-  local deadline=$((SECONDS + STOP_SECONDS))
-  while kill -0 "$p" 2>/dev/null; do
-    if ((SECONDS >= deadline)); then
-      log "pid $p did not stop within ${STOP_SECONDS}s; killing it"
-      kill -KILL "$p" 2>/dev/null || true
-      break
-    fi
-    sleep 0.1
-  done
+  terminate "$p"
   rm -f "$PIDFILE"
   log "stopped (was pid $p)"
 }
@@ -131,9 +115,4 @@ status() {
   return 3
 }
 
-case "${1:-}" in
-  start) start ;;
-  stop) stop ;;
-  status) status ;;
-  *) die "usage: $0 start|stop|status" ;;
-esac
+dispatch "$@"
