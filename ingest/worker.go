@@ -94,7 +94,7 @@ type Worker struct {
 	owner                    Owner        // the source, when it can lose records
 	dropped                  int64        // records dropped because the source lost them
 	owed                     atomic.Int64 // units the sink charged beyond the estimates, to charge at the next slice
-	charges                  chargeRatio  // what the sink charges per estimated unit
+	charges                  chargeRatio  // what the sink charges per unit of price by the rule
 }
 
 // item is a record in flight.
@@ -274,7 +274,7 @@ func (w *Worker) price(value []byte) (cost, base int64) {
 }
 
 // chargeRatio learns the ratio of the sink's reported charges to the
-// estimated costs, as an exponentially weighted average over records
+// records' prices by the rule, as an exponentially weighted average over records
 // (weight 1/50 each, so it settles within a few slices), kept within
 // [0.1, 10]. The zero value is ready and answers 1.
 type chargeRatio struct {
