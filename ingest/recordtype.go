@@ -1,0 +1,157 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrRecordType is wrapped by every error LoadTypes returns about a types
+// file or one of its schemas.
+var ErrRecordType = errors.New("ingest: record type")
+
+// RecordType describes one kind of record submitted by producers: where it
+// is queued, how it is identified, validated and enriched, and where it is
+// written. Pool, Cost, Sink and the sink key rule are carried as strings for
+// the commands to interpret.
+type RecordType struct {
+	// Name is the type's name, the {type} of the intake API's path.
+	Name string `yaml:"-"`
+	// Topic is the Kafka topic the type's records are produced to. Required.
+	Topic string `yaml:"topic"`
+	// Pool names the capacity pool the type's writes draw from.
+	Pool string `yaml:"pool"`
+	// IDField is the JSON field holding the record's ID; empty: none.
+	IDField string `yaml:"id_field"`
+	// Schema is the path of a JSON Schema file, relative to the types file;
+	// empty: records are only checked to be JSON objects.
+	Schema string `yaml:"schema"`
+	// Cost is the cost rule, as a string (interpreted by the pool).
+	Cost string `yaml:"cost"`
+	// Sink is the sink URL the type's worker writes to.
+	Sink string `yaml:"sink"`
+	// SinkKey is the sink key rule: a template and a strategy.
+	SinkKey struct {
+		Template string `yaml:"template"`
+		Strategy string `yaml:"strategy"`
+	} `yaml:"sink_key"`
+	// Enrich lists fields the processor adds. Supported: "ingested_at"
+	// (RFC 3339 UTC time of processing).
+	Enrich []string `yaml:"enrich"`
+
+	schema *jsonschema.Schema
+	now    func() time.Time
+}
+
+// LoadTypes reads a YAML types file mapping type names to RecordType and
+// compiles their schemas. Errors name the file and, for YAML errors, the line.
+func LoadTypes(path string) (map[string]*RecordType, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRecordType, err)
+	}
+	var doc struct {
+		Types map[string]*RecordType `yaml:"types"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrRecordType, path, err)
+	}
+	if len(doc.Types) == 0 {
+		return nil, fmt.Errorf("%w: %s: no types defined under \"types\"", ErrRecordType, path)
+	}
+	for name, t := range doc.Types {
+		if t == nil || t.Topic == "" {
+			return nil, fmt.Errorf("%w: %s: type %q: topic is required", ErrRecordType, path, name)
+		}
+		t.Name = name
+		for _, e := range t.Enrich {
+			if e != "ingested_at" {
+				return nil, fmt.Errorf("%w: %s: type %q: unknown enrichment %q (want ingested_at)", ErrRecordType, path, name, e)
+			}
+		}
+		if t.Schema != "" {
+			sp := t.Schema
+			if !filepath.IsAbs(sp) {
+				sp = filepath.Join(filepath.Dir(path), sp)
+			}
+			s, err := compileSchema(sp)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: type %q: schema %s: %w", ErrRecordType, path, name, sp, err)
+			}
+			t.schema = s
+		}
+	}
+	return doc.Types, nil
+}
+
+func compileSchema(path string) (*jsonschema.Schema, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(path, doc); err != nil {
+		return nil, err
+	}
+	return c.Compile(path)
+}
+
+// Validate checks that value is a JSON object satisfying the type's schema.
+func (t *RecordType) Validate(value []byte) error {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(value))
+	if err != nil {
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return errors.New("not a JSON object")
+	}
+	if t.schema != nil {
+		if err := t.schema.Validate(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Processor returns the type's processing step: it validates the record
+// and applies the enrichment. Safe for concurrent use.
+func (t *RecordType) Processor() Processor {
+	return ProcessorFunc(func(rec Record) (Record, error) {
+		if err := t.Validate(rec.Value); err != nil {
+			return rec, fmt.Errorf("record type %s: %w", t.Name, err)
+		}
+		if len(t.Enrich) == 0 {
+			return rec, nil
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(rec.Value, &obj); err != nil {
+			return rec, fmt.Errorf("record type %s: %w", t.Name, err)
+		}
+		now := time.Now
+		if t.now != nil {
+			now = t.now
+		}
+		ts, _ := json.Marshal(now().UTC().Format(time.RFC3339Nano))
+		obj["ingested_at"] = ts
+		out, err := json.Marshal(obj)
+		if err != nil {
+			return rec, fmt.Errorf("record type %s: %w", t.Name, err)
+		}
+		rec.Value = out
+		return rec, nil
+	})
+}

@@ -1,0 +1,71 @@
+package ingest
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestLoadTypesExample(t *testing.T) {
+	t.Parallel()
+	types, err := LoadTypes(filepath.Join("..", "examples", "types.yaml"))
+	require.NoError(t, err)
+	eq := types["earthquake"]
+	require.NotNil(t, eq)
+	require.Equal(t, "earthquakes", eq.Topic)
+	require.Equal(t, "id", eq.IDField)
+	eq.now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+
+	tests := []struct {
+		name, value, wantErr string
+	}{
+		{"valid", `{"id":"us1","time":"2026-01-01T00:00:00Z","mag":"4.5"}`, ""},
+		{"missing id", `{"time":"t"}`, "id"},
+		{"wrong type", `{"id":1,"time":"t"}`, "id"},
+		{"not an object", `[1]`, "not a JSON object"},
+		{"not JSON", `{`, "not JSON"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := eq.Processor().Process(Record{ID: "x", Value: []byte(tt.value)})
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			var obj map[string]any
+			require.NoError(t, json.Unmarshal(out.Value, &obj))
+			require.Equal(t, "2026-01-02T03:04:05Z", obj["ingested_at"])
+			require.Equal(t, "us1", obj["id"])
+		})
+	}
+}
+
+func TestLoadTypesErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, yaml, wantErr string
+	}{
+		{"no topic", "types:\n  a:\n    pool: p\n", `type "a": topic is required`},
+		{"unknown field", "types:\n  a:\n    topic: t\n    bogus: 1\n", "line 4"},
+		{"bad enrichment", "types:\n  a:\n    topic: t\n    enrich: [x]\n", "unknown enrichment"},
+		{"missing schema", "types:\n  a:\n    topic: t\n    schema: nope.json\n", "nope.json"},
+		{"empty", "types: {}\n", "no types"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := filepath.Join(t.TempDir(), "types.yaml")
+			require.NoError(t, os.WriteFile(p, []byte(tt.yaml), 0o600))
+			_, err := LoadTypes(p)
+			require.ErrorIs(t, err, ErrRecordType)
+			require.ErrorContains(t, err, tt.wantErr)
+			require.ErrorContains(t, err, p)
+		})
+	}
+}
