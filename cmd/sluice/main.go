@@ -64,6 +64,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			produceCommand(),
 			sinkSimCommand(),
 			poolCommand(),
+			apiCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors and picks the exit code
 	}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/queue"
+)
+
+// typeFlags are the record-type flags shared by api, produce, worker and
+// bulk-load.
+func typeFlags() []cli.Flag {
+	return []cli.Flag{
+		stringFlag("types", "", "record types `FILE` (YAML), see examples/types.yaml"),
+		stringFlag("type", "", "record type `NAME` from --types"),
+	}
+}
+
+// loadTokens reads a tokens file: one "TOKEN TYPE[,TYPE...]" per line ("*"
+// for every type; blank lines and # comments skipped), plus SLUICE_API_TOKEN
+// (all types) when set. Tokens are kept only as hashes.
+func loadTokens(path string) (map[[32]byte][]string, error) {
+	out := map[[32]byte][]string{}
+	if tok := os.Getenv("SLUICE_API_TOKEN"); tok != "" {
+		out[api.HashToken(tok)] = []string{"*"}
+	}
+	if path == "" {
+		return out, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--tokens-file: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		tok, types, ok := strings.Cut(s, " ")
+		if !ok || strings.TrimSpace(types) == "" {
+			return nil, fmt.Errorf("--tokens-file %s:%d: want \"TOKEN TYPE[,TYPE...]\"", path, line)
+		}
+		out[api.HashToken(tok)] = strings.Split(strings.TrimSpace(types), ",")
+	}
+	return out, sc.Err()
+}
+
+func apiCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "api",
+		Usage: "serve the intake API: POST /v1/records/{type} produces records to their type's topic",
+		Flags: concat(inCategory(catConnect, stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`")), []cli.Flag{
+			stringFlag("listen", "127.0.0.1:8080", "listen `address`"),
+			stringFlag("tokens-file", "", "bearer tokens `FILE`: \"TOKEN TYPE[,TYPE...]\" per line (also SLUICE_API_TOKEN, all types)"),
+			&cli.Int64Flag{Name: "max-body", Value: api.DefaultMaxBody, Usage: "request body limit in `bytes`", EnvVars: []string{"SLUICE_MAX_BODY"}},
+		}, typeFlags()[:1], logFlags()),
+		OnUsageError: onUsageError,
+		Action: func(c *cli.Context) error {
+			log, err := newLogger(c)
+			if err != nil {
+				return usageError(err)
+			}
+			if c.String("types") == "" {
+				return usageError(errors.New("api needs --types FILE"))
+			}
+			types, err := ingest.LoadTypes(c.String("types"))
+			if err != nil {
+				return usageError(err)
+			}
+			tokens, err := loadTokens(c.String("tokens-file"))
+			if err != nil {
+				return usageError(err)
+			}
+			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: splitList(c.String("brokers"))})
+			if err != nil {
+				return err
+			}
+			defer producer.Close()
+			h, err := api.New(api.Config{Types: types, Producer: producer, Tokens: tokens, MaxBody: c.Int64("max-body"), Logger: log})
+			if err != nil {
+				return err
+			}
+			srv := &http.Server{Addr: c.String("listen"), Handler: h, ReadHeaderTimeout: 10 * time.Second}
+			errc := make(chan error, 1)
+			go func() { errc <- srv.ListenAndServe() }()
+			log.Info("api: listening", "addr", srv.Addr, "types", len(types))
+			select {
+			case err := <-errc:
+				return err
+			case <-c.Context.Done():
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return srv.Shutdown(ctx) // drains in-flight requests
+		},
+	}
+}
