@@ -107,3 +107,31 @@ func apiCommand() *cli.Command {
 		},
 	}
 }
+
+// applyType sets --topic and --id-field from --type (loaded from --types)
+// when they were not set explicitly.
+func applyType(c *cli.Context) error {
+	name := c.String("type")
+	if name == "" {
+		return nil
+	}
+	if c.String("types") == "" {
+		return errors.New("--type needs --types FILE")
+	}
+	types, err := ingest.LoadTypes(c.String("types"))
+	if err != nil {
+		return err
+	}
+	t := types[name]
+	if t == nil {
+		return fmt.Errorf("--type %q: not defined in %s", name, c.String("types"))
+	}
+	for flag, v := range map[string]string{"topic": t.Topic, "id-field": t.IDField} {
+		if !c.IsSet(flag) {
+			if err := c.Set(flag, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

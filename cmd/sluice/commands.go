@@ -216,11 +216,14 @@ func produceCommand() *cli.Command {
 		Name:         "produce",
 		Usage:        "produce a CSV or NDJSON file's records to a topic (no draining)",
 		ArgsUsage:    "FILE",
-		Flags:        concat(inCategory(catConnect, stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`")), []cli.Flag{stringFlag("topic", "records", "Kafka `topic`"), stringFlag("id-field", "", "JSON field or CSV column holding the record ID"), stringFlag("format", "", "csv or ndjson (default: from the extension)"), topicPartitionsFlag()}, logFlags()),
+		Flags:        concat(inCategory(catConnect, stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`")), []cli.Flag{stringFlag("topic", "records", "Kafka `topic`"), stringFlag("id-field", "", "JSON field or CSV column holding the record ID"), stringFlag("format", "", "csv or ndjson (default: from the extension)"), topicPartitionsFlag()}, typeFlags(), logFlags()),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageError(errors.New("produce needs exactly one FILE argument"))
+			}
+			if err := applyType(c); err != nil {
+				return usageError(err)
 			}
 			log, err := newLogger(c)
 			if err != nil {
