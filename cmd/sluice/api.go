@@ -108,30 +108,38 @@ func apiCommand() *cli.Command {
 	}
 }
 
-// applyType sets --topic and --id-field from --type (loaded from --types)
-// when they were not set explicitly.
-func applyType(c *cli.Context) error {
+// applyType loads --type from --types and sets, on the command, the flags
+// the type defines and the user did not give: --topic, --id-field, and, on
+// commands that have them, --pool, --cost and --sink. It returns the type,
+// or nil without --type.
+func applyType(c *cli.Context) (*ingest.RecordType, error) {
 	name := c.String("type")
 	if name == "" {
-		return nil
+		return nil, nil
 	}
 	if c.String("types") == "" {
-		return errors.New("--type needs --types FILE")
+		return nil, errors.New("--type needs --types FILE")
 	}
 	types, err := ingest.LoadTypes(c.String("types"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	t := types[name]
 	if t == nil {
-		return fmt.Errorf("--type %q: not defined in %s", name, c.String("types"))
+		return nil, fmt.Errorf("--type %q: not defined in %s", name, c.String("types"))
 	}
-	for flag, v := range map[string]string{"topic": t.Topic, "id-field": t.IDField} {
-		if !c.IsSet(flag) {
+	defined := map[string]bool{}
+	for _, f := range c.Command.Flags {
+		for _, n := range f.Names() {
+			defined[n] = true
+		}
+	}
+	for flag, v := range map[string]string{"topic": t.Topic, "id-field": t.IDField, "pool": t.Pool, "cost": t.Cost, "sink": t.Sink} {
+		if v != "" && defined[flag] && !c.IsSet(flag) {
 			if err := c.Set(flag, v); err != nil {
-				return err
+				return nil, fmt.Errorf("--type %q: %s: %w", name, flag, err)
 			}
 		}
 	}
-	return nil
+	return t, nil
 }

@@ -31,7 +31,7 @@ func workerCommand() *cli.Command {
 			"pool's partitions while it has a backlog, and writes at exactly the leased rate.\n" +
 			"On SIGTERM it stops fetching, lets in-flight writes finish within --grace, commits\n" +
 			"what the sink acknowledged, releases its leases and exits 0.",
-		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), logFlags(), []cli.Flag{
+		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), logFlags(), []cli.Flag{
 			stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)"),
 			topicPartitionsFlag(),
 			metricsFlag(),
@@ -84,7 +84,7 @@ func bulkLoadCommand() *cli.Command {
 			"group (running worker pods help), and finishes when the group has committed every\n" +
 			"produced offset. With --embedded, Kafka, Redis and the sink emulator run in-process\n" +
 			"unless --brokers, --redis-addr or --sink are given.",
-		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), []cli.Flag{
+		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), []cli.Flag{
 			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods); 0: only produce, and wait for worker pods of the group to drain"),
 			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what is not given (nothing to install)"),
 			stringFlag("format", "", "input format: csv or ndjson (default: from the extension)"),
@@ -222,7 +222,7 @@ func produceCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return usageError(errors.New("produce needs exactly one FILE argument"))
 			}
-			if err := applyType(c); err != nil {
+			if _, err := applyType(c); err != nil {
 				return usageError(err)
 			}
 			log, err := newLogger(c)

@@ -26,9 +26,10 @@ type settings struct {
 	redisAddrs []string
 	sinkURL    string
 
-	pool     lease.Pool
-	reserved int
-	pricing  ingest.Pricing
+	pool      lease.Pool
+	reserved  int
+	pricing   ingest.Pricing
+	processor ingest.Processor // the --type's validation and enrichment; nil without --type
 
 	topic, group, idField        string
 	slice, guard, requestTimeout time.Duration
@@ -40,6 +41,10 @@ type settings struct {
 // readSettings validates the flags; its errors name the flag.
 func readSettings(c *cli.Context) (settings, error) {
 	log, err := newLogger(c)
+	if err != nil {
+		return settings{}, err
+	}
+	rt, err := applyType(c)
 	if err != nil {
 		return settings{}, err
 	}
@@ -72,6 +77,9 @@ func readSettings(c *cli.Context) (settings, error) {
 	}
 	if s.group == "" {
 		s.group = "sluice-" + s.topic
+	}
+	if rt != nil {
+		s.processor = rt.Processor()
 	}
 	if s.pool.Ramp, err = readRamp(c); err != nil {
 		return s, err
@@ -205,6 +213,7 @@ func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerI
 		Logger:        log,
 		Counters:      sh.counters,
 		ObserveWrite:  observe,
+		Processor:     s.processor,
 	}, ingest.Ports{
 		Source:      src,
 		DeadLetters: sh.dlq,
