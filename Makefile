@@ -23,10 +23,10 @@ demo: build ## bulk-load the USGS earthquakes through embedded Kafka, Redis and 
 	@echo "summary written to $(CACHE)/demo-summary.json"
 
 .PHONY: test
-test: ## unit and integration tests with the race detector (starts redis-server, PostgreSQL and Azurite itself)
+test: ## unit and integration tests with the race detector, one package at a time (the load tests are timing-sensitive; starts redis-server, PostgreSQL and Azurite itself)
 	scripts/postgres.sh start >/dev/null
 	scripts/azurite.sh start >/dev/null
-	$(GO) test -race -count=1 ./...; \
+	$(GO) test -race -count=1 -p 1 ./...; \
 		rc=$$?; scripts/postgres.sh stop; scripts/azurite.sh stop; exit $$rc
 
 .PHONY: services-stop
