@@ -22,7 +22,8 @@
 //     IdleReset (default 24 h).
 //   - Live changes (SetPool, `sluice pool set`): the new capacity and
 //     partitions are stored with a Switch instant one renewal interval
-//     ahead. Every Manager reads the definition every Tick, and at the
+//     ahead. Every Manager reads the definition every RenewEvery/8 (625 ms by
+//     default), and at the
 //     switch instant all of them stop counting the old values and start
 //     counting the new ones; leases on partitions the change removes stop
 //     counting at the switch, partitions it adds are taken only after it. So

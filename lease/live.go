@@ -22,7 +22,7 @@ var ErrSwitchPending = errors.New("lease: a live change is already pending")
 // so that the sum of the workers' rates never exceeds the old capacity
 // before the switch nor the new one after it, and no worker uses the
 // new partitions before the others stopped using the old ones. Workers
-// read the definition every Tick and stop counting their leases if they
+// read the definition every RenewEvery/8 and stop counting their leases if they
 // cannot for half a renewal interval, so lead should be at least one
 // renewal interval (TTL/3); SetPool refuses less than a second.
 //
@@ -87,8 +87,8 @@ return v
 `)
 
 // refreshPool reads the pool definition (and the ramp epoch) from the
-// first Redis that answers, so that a live change and the ramp apply within
-// a Tick. Leases on partitions a pending switch removes stop counting at the
+// first Redis that answers, every RenewEvery/8 (each Tick while it fails),
+// so that a live change applies well before its switch. Leases on partitions a pending switch removes stop counting at the
 // switch. If the definition cannot be read for half a renewal interval,
 // every lease stops counting: the worker could otherwise miss a switch.
 func (m *Manager) refreshPool(ctx context.Context) {
@@ -103,6 +103,7 @@ func (m *Manager) refreshPool(ctx context.Context) {
 			break
 		}
 	}
+	m.nextRead = now // on failure, again at the next tick
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -124,7 +125,7 @@ func (m *Manager) refreshPool(ctx context.Context) {
 		}
 		return
 	}
-	m.defReadAt = now
+	m.defReadAt, m.nextRead = now, now.Add(m.cfg.RenewEvery/8)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	before := m.sched.pool

@@ -211,6 +211,7 @@ type Manager struct {
 	cooling   []cooling // released leases waiting a slice to be unlocked (Run loop only)
 
 	defReadAt time.Time // last successful read of the definition (Run loop only)
+	nextRead  time.Time // when to read it again (Run loop only)
 	events    Events
 
 	mu      sync.Mutex
@@ -293,7 +294,7 @@ func (m *Manager) PartitionRate() float64 {
 }
 
 // Pool returns the pool definition in force, as last read from Redis (a
-// live change by SetPool shows here within a Tick).
+// live change by SetPool shows here within RenewEvery/8).
 func (m *Manager) Pool() Pool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -410,6 +411,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		return errors.New("lease: Manager.Run called twice")
 	}
 	defer m.shutdown(context.WithoutCancel(ctx))
+	// The definition was checked when the worker started (EnsurePool); it
+	// is read again every RenewEvery/8, first after that long.
+	m.nextRead = time.Now().Add(m.cfg.RenewEvery / 8)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -426,7 +430,6 @@ func (m *Manager) Run(ctx context.Context) error {
 // step runs one iteration of the loop and returns the wait until the next.
 func (m *Manager) step(ctx context.Context) time.Duration {
 	m.unlockCooled(ctx, false)
-	m.refreshPool(ctx)
 	m.dropExpired(ctx)
 	m.renewDue(ctx)
 	if ctx.Err() != nil {
@@ -467,6 +470,9 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	if short := m.ReservedShort(); short > 0 && ctx.Err() == nil {
 		m.logErr("lease_reserved", "fewer reserved partitions free than asked; still trying", errReservedShort,
 			"reserved", m.cfg.Reserved, "missing", short)
+	}
+	if !time.Now().Before(m.nextRead) {
+		m.refreshPool(ctx)
 	}
 	return m.nextWait(share)
 }

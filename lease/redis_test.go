@@ -421,9 +421,12 @@ func TestRampEpochIsShared(t *testing.T) {
 
 	a := start(t, testConfig(prefix, "a", pool), c)
 	a.SetDemand(ingest.Inf)
-	poll(t, func() bool { return a.Rate(time.Now()) > 0 }, "a starts")
-	epochMS, err := c.Get(context.Background(), keysFor(prefix, "ramp").rampEpoch()).Int64()
-	require.NoError(t, err)
+	var epochMS int64
+	poll(t, func() bool {
+		var err error
+		epochMS, err = c.Get(context.Background(), keysFor(prefix, "ramp").rampEpoch()).Int64()
+		return err == nil
+	}, "a worker with demand starts the ramp")
 	epoch := time.UnixMilli(epochMS)
 	require.WithinDuration(t, time.Now(), epoch, time.Second)
 	require.InDelta(t, 100, a.Effective(epoch), 1e-9, "the ramp starts at 100/s")
