@@ -22,7 +22,7 @@
 //     IdleReset (default 24 h).
 //   - Live changes (SetPool, `sluice pool set`): the new capacity and
 //     partitions are stored with a Switch instant one renewal interval
-//     ahead. Every Manager reads the definition every RenewEvery/8 (625 ms by
+//     ahead. Every Manager reads the definition every RenewEvery/2 (2.5 s by
 //     default), and at the
 //     switch instant all of them stop counting the old values and start
 //     counting the new ones; leases on partitions the change removes stop

@@ -22,7 +22,7 @@ var ErrSwitchPending = errors.New("lease: a live change is already pending")
 // so that the sum of the workers' rates never exceeds the old capacity
 // before the switch nor the new one after it, and no worker uses the
 // new partitions before the others stopped using the old ones. Workers
-// read the definition every RenewEvery/8 and stop counting their leases if they
+// read the definition every RenewEvery/2 and stop counting their leases if they
 // cannot for half a renewal interval, so lead should be at least one
 // renewal interval (TTL/3); SetPool refuses less than a second.
 //
@@ -87,7 +87,7 @@ return v
 `)
 
 // refreshPool reads the pool definition (and the ramp epoch) from the
-// first Redis that answers, every RenewEvery/8 (each Tick while it fails),
+// first Redis that answers, every RenewEvery/2 (each Tick while it fails),
 // so that a live change applies well before its switch. Leases on partitions a pending switch removes stop counting at the
 // switch. If the definition cannot be read for half a renewal interval,
 // every lease stops counting: the worker could otherwise miss a switch.
@@ -125,7 +125,7 @@ func (m *Manager) refreshPool(ctx context.Context) {
 		}
 		return
 	}
-	m.defReadAt, m.nextRead = now, now.Add(m.cfg.RenewEvery/8)
+	m.defReadAt, m.nextRead = now, now.Add(m.cfg.RenewEvery/2)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	before := m.sched.pool
@@ -146,6 +146,18 @@ func (m *Manager) readPool(ctx context.Context, c redis.UniversalClient, now tim
 	rctx, cancel := context.WithTimeout(ctx, m.opTimeout)
 	defer cancel()
 	p, err := loadPool(rctx, c, m.keys.def())
+	if errors.Is(err, redis.Nil) {
+		// Redis lost its data (restarted without persistence): store the
+		// definition this worker last knew again, as EnsurePool would.
+		m.mu.Lock()
+		p = m.sched.pool
+		m.mu.Unlock()
+		data, merr := json.Marshal(p)
+		if merr != nil {
+			return p, time.Time{}, merr
+		}
+		err = c.SetNX(rctx, m.keys.def(), data, 0).Err()
+	}
 	if err != nil {
 		return p, time.Time{}, err
 	}

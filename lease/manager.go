@@ -294,7 +294,7 @@ func (m *Manager) PartitionRate() float64 {
 }
 
 // Pool returns the pool definition in force, as last read from Redis (a
-// live change by SetPool shows here within RenewEvery/8).
+// live change by SetPool shows here within RenewEvery/2).
 func (m *Manager) Pool() Pool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -412,8 +412,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	defer m.shutdown(context.WithoutCancel(ctx))
 	// The definition was checked when the worker started (EnsurePool); it
-	// is read again every RenewEvery/8, first after that long.
-	m.nextRead = time.Now().Add(m.cfg.RenewEvery / 8)
+	// is read again every RenewEvery/2, first after that long.
+	m.nextRead = time.Now().Add(m.cfg.RenewEvery / 2)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {

@@ -87,7 +87,7 @@ func TestLiveCapacityChangeMidRun(t *testing.T) {
 	sim, url := startSim(t, sink.SimConfig{Capacity: 2000, Mode: sink.ModeWindow})
 	mr := miniredis.RunT(t)
 	mr.ClockTTL(true)
-	path := ndjson(t, 8000, func(i int) string { return fmt.Sprintf(`{"id":"l%d"}`, i) })
+	path := ndjson(t, 12000, func(i int) string { return fmt.Sprintf(`{"id":"l%d"}`, i) })
 
 	var switchAt time.Time
 	var changed sync.WaitGroup
@@ -95,7 +95,7 @@ func TestLiveCapacityChangeMidRun(t *testing.T) {
 		rc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		defer rc.Close()
 		require.Eventually(t, func() bool { return sim.Stats().Accepted > 2500 }, 20*time.Second, 10*time.Millisecond)
-		next, err := lease.SetPool(context.Background(), rc, "", "live", 1000, 0, 2*time.Second, time.Now())
+		next, err := lease.SetPool(context.Background(), rc, "", "live", 1000, 0, 3*time.Second, time.Now())
 		if err == nil {
 			switchAt = next.Switch.At
 		}
@@ -109,7 +109,7 @@ func TestLiveCapacityChangeMidRun(t *testing.T) {
 	before := maxWindow(st, 5, st.SeriesStart, switchAt)
 	after := maxWindow(st, 5, switchAt, time.Now())
 	t.Logf("max 1 s (five 200 ms buckets): %d before the switch, %d after it; series %v", before, after, st.UnitsPer200ms)
-	require.Equal(t, int64(8000), st.Accepted)
+	require.Equal(t, int64(12000), st.Accepted)
 	require.LessOrEqual(t, before, int64(2020), "≤ 2,000 before the switch")
 	require.Greater(t, before, int64(1500), "the old capacity was used")
 	require.LessOrEqual(t, after, int64(1010), "≤ 1,000 from the switch on")

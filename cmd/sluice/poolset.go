@@ -19,7 +19,7 @@ func poolSetCommand() *cli.Command {
 		Usage: "change a pool's capacity or partitions while its workers run",
 		Description: "Stores the new definition with a switch instant --switch-after from now (default:\n" +
 			"one renewal interval, a third of the lease TTL). Every worker reads the definition\n" +
-			"every twenty-fourth of the lease TTL and switches at that instant, so the workers together never exceed the\n" +
+			"every sixth of the lease TTL and switches at that instant, so the workers together never exceed the\n" +
 			"old capacity before it nor the new one after it. Start new workers with the new values.",
 		Flags: concat(inCategory(catConnect, stringFlag("redis-addr", "127.0.0.1:6379", "Redis `host:port[,host:port...]`")), []cli.Flag{
 			stringFlag("pool", "default", "pool `name`"),
