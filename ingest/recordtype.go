@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +29,9 @@ type RecordType struct {
 	Topic string `yaml:"topic"`
 	// Pool names the capacity pool the type's writes draw from.
 	Pool string `yaml:"pool"`
+	// PoolSpec is Pool's definition when the file's pools section has one;
+	// nil otherwise (the pool flags then define it).
+	PoolSpec *PoolSpec `yaml:"-"`
 	// IDField is the JSON field holding the record's ID; empty: none.
 	IDField string `yaml:"id_field"`
 	// Schema is the path of a JSON Schema file, relative to the types file;
@@ -50,8 +54,28 @@ type RecordType struct {
 	now    func() time.Time
 }
 
-// LoadTypes reads a YAML types file mapping type names to RecordType and
-// compiles their schemas. Errors name the file and, for YAML errors, the line.
+// PoolSpec is a capacity pool as a types file defines it, so that one
+// worker can serve several record types, each from its own pool (bulk and
+// interactive traffic on one service, say). Field meanings, units and
+// defaults are those of the pool flags (--capacity, --unit, --partitions,
+// --lease-ttl, --reserved-partitions).
+type PoolSpec struct {
+	// Capacity is the pool's rate in Unit per second; required, > 0.
+	Capacity float64 `yaml:"capacity"`
+	// Unit is records, bytes or cost; empty: records.
+	Unit string `yaml:"unit"`
+	// Partitions is the number of capacity partitions; 0: the flag's default.
+	Partitions int `yaml:"partitions"`
+	// LeaseTTL is the lease time-to-live, e.g. "15s"; 0: the flag's default.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// Reserved is the number of partitions a worker holds for its lifetime.
+	Reserved int `yaml:"reserved_partitions"`
+}
+
+// LoadTypes reads a YAML types file mapping type names to RecordType under
+// "types", and pool names to PoolSpec under "pools", and compiles the
+// schemas. A type whose pool the file defines gets it as PoolSpec. Errors
+// name the file and, for YAML errors, the line.
 func LoadTypes(path string) (map[string]*RecordType, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -59,6 +83,7 @@ func LoadTypes(path string) (map[string]*RecordType, error) {
 	}
 	var doc struct {
 		Types map[string]*RecordType `yaml:"types"`
+		Pools map[string]*PoolSpec   `yaml:"pools"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -68,11 +93,20 @@ func LoadTypes(path string) (map[string]*RecordType, error) {
 	if len(doc.Types) == 0 {
 		return nil, fmt.Errorf("%w: %s: no types defined under \"types\"", ErrRecordType, path)
 	}
+	for name, p := range doc.Pools {
+		if p == nil || !(p.Capacity > 0) || p.Partitions < 0 || p.LeaseTTL < 0 || p.Reserved < 0 {
+			return nil, fmt.Errorf("%w: %s: pool %q: capacity must be > 0, partitions, lease_ttl and reserved_partitions ≥ 0", ErrRecordType, path, name)
+		}
+		if _, err := ParseUnit(cmp.Or(p.Unit, "records")); err != nil {
+			return nil, fmt.Errorf("%w: %s: pool %q: %w", ErrRecordType, path, name, err)
+		}
+	}
 	for name, t := range doc.Types {
 		if t == nil || t.Topic == "" {
 			return nil, fmt.Errorf("%w: %s: type %q: topic is required", ErrRecordType, path, name)
 		}
 		t.Name = name
+		t.PoolSpec = doc.Pools[t.Pool]
 		for _, e := range t.Enrich {
 			if e != "ingested_at" {
 				return nil, fmt.Errorf("%w: %s: type %q: unknown enrichment %q (want ingested_at)", ErrRecordType, path, name, e)

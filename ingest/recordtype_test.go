@@ -18,6 +18,8 @@ func TestLoadTypesExample(t *testing.T) {
 	require.NotNil(t, eq)
 	require.Equal(t, "earthquakes", eq.Topic)
 	require.Equal(t, "id", eq.IDField)
+	require.Equal(t, &PoolSpec{Capacity: 1500, Partitions: 15}, eq.PoolSpec)
+	require.Equal(t, 500.0, types["earthquake-backfill"].PoolSpec.Capacity)
 	eq.now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
 
 	tests := []struct {
@@ -56,6 +58,9 @@ func TestLoadTypesErrors(t *testing.T) {
 		{"bad enrichment", "types:\n  a:\n    topic: t\n    enrich: [x]\n", "unknown enrichment"},
 		{"missing schema", "types:\n  a:\n    topic: t\n    schema: nope.json\n", "nope.json"},
 		{"empty", "types: {}\n", "no types"},
+		{"pool without capacity", "pools:\n  p: {partitions: 2}\ntypes:\n  a: {topic: t, pool: p}\n", `pool "p": capacity must be > 0`},
+		{"pool with a bad unit", "pools:\n  p: {capacity: 5, unit: RU}\ntypes:\n  a: {topic: t}\n", `unknown unit "RU"`},
+		{"pool with a bad TTL", "pools:\n  p: {capacity: 5, lease_ttl: soon}\ntypes:\n  a: {topic: t}\n", "line 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,15 +17,6 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// typeFlags are the record-type flags shared by api, produce, worker and
-// bulk-load.
-func typeFlags() []cli.Flag {
-	return []cli.Flag{
-		stringFlag("types", "", "record types `FILE` (YAML), see examples/types.yaml"),
-		stringFlag("type", "", "record type `NAME` from --types"),
-	}
-}
-
 // loadTokens reads a tokens file: one "TOKEN TYPE[,TYPE...]" per line ("*"
 // for every type; blank lines and # comments skipped), plus SLUICE_API_TOKEN
 // (all types) when set. Tokens are kept only as hashes.
@@ -106,40 +97,4 @@ func apiCommand() *cli.Command {
 			return srv.Shutdown(ctx) // drains in-flight requests
 		},
 	}
-}
-
-// applyType loads --type from --types and sets, on the command, the flags
-// the type defines and the user did not give: --topic, --id-field, and, on
-// commands that have them, --pool, --cost and --sink. It returns the type,
-// or nil without --type.
-func applyType(c *cli.Context) (*ingest.RecordType, error) {
-	name := c.String("type")
-	if name == "" {
-		return nil, nil
-	}
-	if c.String("types") == "" {
-		return nil, errors.New("--type needs --types FILE")
-	}
-	types, err := ingest.LoadTypes(c.String("types"))
-	if err != nil {
-		return nil, err
-	}
-	t := types[name]
-	if t == nil {
-		return nil, fmt.Errorf("--type %q: not defined in %s", name, c.String("types"))
-	}
-	defined := map[string]bool{}
-	for _, f := range c.Command.Flags {
-		for _, n := range f.Names() {
-			defined[n] = true
-		}
-	}
-	for flag, v := range map[string]string{"topic": t.Topic, "id-field": t.IDField, "pool": t.Pool, "cost": t.Cost, "sink": t.Sink} {
-		if v != "" && defined[flag] && !c.IsSet(flag) {
-			if err := c.Set(flag, v); err != nil {
-				return nil, fmt.Errorf("--type %q: %s: %w", name, flag, err)
-			}
-		}
-	}
-	return t, nil
 }

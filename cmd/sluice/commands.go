@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/term"
 
 	"github.com/sluicehq/sluice/ingest"
@@ -30,48 +31,73 @@ func workerCommand() *cli.Command {
 		Description: "Joins the topic's consumer group and the capacity pool, leases a fair share of the\n" +
 			"pool's partitions while it has a backlog, and writes at exactly the leased rate.\n" +
 			"On SIGTERM it stops fetching, lets in-flight writes finish within --grace, commits\n" +
-			"what the sink acknowledged, releases its leases and exits 0.",
+			"what the sink acknowledged, releases its leases and exits 0.\n" +
+			"With --type A,B it serves several record types of --types, each from its own topic\n" +
+			"and consumer group into its own pool (the file's \"pools\" section), independently.",
 		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), logFlags(), []cli.Flag{
 			stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)"),
 			topicPartitionsFlag(),
 			metricsFlag(),
 		}),
 		OnUsageError: onUsageError,
-		Action: func(c *cli.Context) error {
-			s, err := readSettings(c)
-			if err != nil {
-				return usageError(err)
-			}
-			clients := redisClients(s.redisAddrs)
-			defer closeAll(clients)
-			if err := ensurePool(c.Context, s, clients); err != nil {
-				return err
-			}
-			httpSink, err := sink.Open(c.Context, s.sinkURL, sinkOptions(c, s))
-			if err != nil {
-				return err
-			}
-			defer httpSink.Close()
-			dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: s.brokers})
-			if err != nil {
-				return err
-			}
-			defer dlq.Close()
-			if err := ensureTopics(c.Context, s.brokers, s.topic, c.Int("topic-partitions")); err != nil {
-				return err
-			}
-			reg, col, err := newMetrics(c)
-			if err != nil {
-				return err
-			}
-			stack, _, err := workerStack(s, clients, shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters), metrics: col}, c.String("worker-id"), nil)
-			if err != nil {
-				return err
-			}
-			s.log.Info("worker started", "topic", s.topic, "group", s.group, "pool", s.pool.Name)
-			return withMetrics(c.Context, c.String("metrics-addr"), reg, s.brokers, s.topic, stack.Run)
-		},
+		Action:       runWorker,
 	}
+}
+
+// runWorker drains each record type's topic (one without --type) with its
+// own consumer group, lease manager and pacer, sharing the Redis clients,
+// the dead-letter writer and a sink per sink URL.
+func runWorker(c *cli.Context) error {
+	all, err := workerSettings(c)
+	if err != nil {
+		return usageError(err)
+	}
+	clients := redisClients(all[0].redisAddrs)
+	defer closeAll(clients)
+	dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: all[0].brokers})
+	if err != nil {
+		return err
+	}
+	defer dlq.Close()
+	reg, col, err := newMetrics(c)
+	if err != nil {
+		return err
+	}
+	sinks := map[string]ingest.Sink{}
+	var stacks []ingest.Runner
+	for _, s := range all {
+		if err := ensurePool(c.Context, s, clients); err != nil {
+			return err
+		}
+		if err := ensureTopics(c.Context, s.brokers, s.topic, c.Int("topic-partitions")); err != nil {
+			return err
+		}
+		if sinks[s.sinkURL] == nil {
+			opened, err := sink.Open(c.Context, s.sinkURL, sinkOptions(c, s))
+			if err != nil {
+				return err
+			}
+			defer opened.Close()
+			sinks[s.sinkURL] = opened
+		}
+		id := c.String("worker-id")
+		if id != "" && len(all) > 1 {
+			id += "-" + s.typeName
+		}
+		stack, _, err := workerStack(s, clients, shared{sink: sinks[s.sinkURL], dlq: dlq, counters: new(ingest.Counters), metrics: col}, id, nil)
+		if err != nil {
+			return err
+		}
+		stacks = append(stacks, stack)
+		s.log.Info("worker started", "type", s.typeName, "topic", s.topic, "group", s.group, "pool", s.pool.Name)
+	}
+	return withMetrics(c.Context, c.String("metrics-addr"), reg, all[0].brokers, all[0].topic, func(ctx context.Context) error {
+		g, ctx := errgroup.WithContext(ctx)
+		for _, stack := range stacks {
+			g.Go(func() error { return stack.Run(ctx) })
+		}
+		return g.Wait()
+	})
 }
 
 func bulkLoadCommand() *cli.Command {
@@ -222,18 +248,20 @@ func produceCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return usageError(errors.New("produce needs exactly one FILE argument"))
 			}
-			if _, err := applyType(c); err != nil {
+			t, err := oneType(c)
+			if err != nil {
 				return usageError(err)
 			}
+			f := typedFlags(c, t)
 			log, err := newLogger(c)
 			if err != nil {
 				return usageError(err)
 			}
-			file, err := ingest.OpenFile(c.Args().First(), c.String("format"), c.String("id-field"))
+			file, err := ingest.OpenFile(c.Args().First(), c.String("format"), f.String("id-field"))
 			if err != nil {
 				return usageError(err)
 			}
-			brokers, topic := splitList(c.String("brokers")), c.String("topic")
+			brokers, topic := splitList(c.String("brokers")), f.String("topic")
 			if err := ensureTopics(c.Context, brokers, topic, c.Int("topic-partitions")); err != nil {
 				return err
 			}

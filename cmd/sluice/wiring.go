@@ -32,19 +32,66 @@ type settings struct {
 	processor ingest.Processor // the --type's validation and enrichment; nil without --type
 
 	topic, group, idField        string
+	typeName                     string // the --type, "" without
+	sinkGiven                    bool   // --sink was given (not taken from the type)
 	slice, guard, requestTimeout time.Duration
 	grace                        time.Duration
 	batch, concurrency           int
 	maxInFlight, maxAttempts     int
 }
 
-// readSettings validates the flags; its errors name the flag.
+// readSettings validates the flags and the --type's values; its errors name
+// the flag.
 func readSettings(c *cli.Context) (settings, error) {
-	log, err := newLogger(c)
+	t, err := oneType(c)
 	if err != nil {
 		return settings{}, err
 	}
-	rt, err := applyType(c)
+	return settingsFor(c, t)
+}
+
+// workerSettings reads the settings of each --type a worker serves (one
+// settings without --type). With several types each type's pool comes from
+// the types file, so the pool and queue flags must not be given; each type
+// gets its own consumer group, <group>-<type> when --group is set.
+func workerSettings(c *cli.Context) ([]settings, error) {
+	types, err := recordTypes(c)
+	if err != nil || len(types) < 2 {
+		s, err := readSettings(c)
+		return []settings{s}, err
+	}
+	for _, flag := range []string{"topic", "id-field", "pool", "capacity", "unit", "cost", "partitions", "lease-ttl", "reserved-partitions"} {
+		if c.IsSet(flag) {
+			return nil, fmt.Errorf("--%s: with several --type each type's value comes from %s", flag, c.String("types"))
+		}
+	}
+	out := make([]settings, 0, len(types))
+	topics := map[string]string{}
+	for _, t := range types {
+		if t.PoolSpec == nil {
+			return nil, fmt.Errorf("--type %q: pool %q is not defined under \"pools\" in %s (several types need their pools there)", t.Name, t.Pool, c.String("types"))
+		}
+		if other, dup := topics[t.Topic]; dup {
+			return nil, fmt.Errorf("--type: %q and %q share topic %q", other, t.Name, t.Topic)
+		}
+		topics[t.Topic] = t.Name
+		s, err := settingsFor(c, t)
+		if err != nil {
+			return nil, fmt.Errorf("--type %q: %w", t.Name, err)
+		}
+		if c.IsSet("group") {
+			s.group = c.String("group") + "-" + t.Name
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// settingsFor validates the flags, with t's values for those not given (t
+// may be nil); its errors name the flag.
+func settingsFor(cc *cli.Context, t *ingest.RecordType) (settings, error) {
+	c := typedFlags(cc, t)
+	log, err := newLogger(cc)
 	if err != nil {
 		return settings{}, err
 	}
@@ -74,14 +121,16 @@ func readSettings(c *cli.Context) (settings, error) {
 		concurrency:    c.Int("concurrency"),
 		maxInFlight:    c.Int("max-in-flight"),
 		maxAttempts:    c.Int("max-attempts"),
+		sinkGiven:      cc.IsSet("sink"),
 	}
 	if s.group == "" {
 		s.group = "sluice-" + s.topic
 	}
-	if rt != nil {
-		s.processor = rt.Processor()
+	if t != nil {
+		s.processor = t.Processor()
+		s.typeName = t.Name
 	}
-	if s.pool.Ramp, err = readRamp(c); err != nil {
+	if s.pool.Ramp, err = readRamp(cc); err != nil {
 		return s, err
 	}
 	s.reserved = c.Int("reserved-partitions")

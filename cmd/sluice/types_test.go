@@ -1,0 +1,76 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// parseWorker runs the worker command's flag parsing on args and returns
+// what workerSettings makes of them.
+func parseWorker(t *testing.T, args ...string) ([]settings, error) {
+	t.Helper()
+	var got []settings
+	var gotErr error
+	cmd := workerCommand()
+	cmd.Action = func(c *cli.Context) error {
+		got, gotErr = workerSettings(c)
+		return nil
+	}
+	app := &cli.App{Commands: []*cli.Command{cmd}}
+	require.NoError(t, app.Run(append([]string{"sluice", "worker"}, args...)))
+	return got, gotErr
+}
+
+func TestWorkerServesSeveralTypesEachInItsPool(t *testing.T) {
+	t.Parallel()
+	all, err := parseWorker(t, "--types", "../../examples/types.yaml", "--type", "earthquake,earthquake-backfill", "--group", "g")
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	require.Equal(t, "earthquakes", all[0].topic)
+	require.Equal(t, "g-earthquake", all[0].group)
+	require.Equal(t, "quakes-interactive", all[0].pool.Name)
+	require.Equal(t, 1500.0, all[0].pool.Capacity)
+	require.Equal(t, 15, all[0].pool.Partitions)
+	require.Equal(t, "earthquakes-backfill", all[1].topic)
+	require.Equal(t, "g-earthquake-backfill", all[1].group)
+	require.Equal(t, "quakes-bulk", all[1].pool.Name)
+	require.Equal(t, 500.0, all[1].pool.Capacity)
+	require.Equal(t, ingest.UnitRecords, all[1].pool.Unit)
+	require.NotNil(t, all[1].processor)
+}
+
+func TestWorkerTypeErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	types := "../../examples/types.yaml"
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"pool flag with several types", []string{"--types", types, "--type", "earthquake,earthquake-backfill", "--capacity", "9"}, "--capacity: with several --type"},
+		{"unknown type", []string{"--types", types, "--type", "earthquake,quake"}, `--type "quake": not defined`},
+		{"no types file", []string{"--type", "earthquake"}, "--type needs --types"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := parseWorker(t, tt.args...)
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}
+
+func TestOneTypeFlagsOverrideTheType(t *testing.T) {
+	t.Parallel()
+	all, err := parseWorker(t, "--types", "../../examples/types.yaml", "--type", "earthquake", "--capacity", "42", "--topic", "mine")
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	require.Equal(t, 42.0, all[0].pool.Capacity)
+	require.Equal(t, "mine", all[0].topic)
+	require.Equal(t, "quakes-interactive", all[0].pool.Name)
+	require.Equal(t, 15, all[0].pool.Partitions, "the rest of the type's pool")
+}
