@@ -30,6 +30,10 @@ func (e *RowError) Unwrap() error { return e.Err }
 // row becomes a JSON object keyed by the header, with string values and
 // null for empty fields.
 type FileReader struct {
+	// Validate, when set, checks each record's JSON value (a record type's
+	// schema, say); a record it refuses is a malformed row.
+	Validate func(value []byte) error
+
 	path    string
 	idField string
 	data    []byte
@@ -150,6 +154,9 @@ func (f *FileReader) nextNDJSON() (Record, error) {
 
 func (f *FileReader) record(value []byte, line int, raw []byte) (Record, error) {
 	id, err := RecordID(value, f.idField)
+	if err == nil && f.Validate != nil {
+		err = f.Validate(value)
+	}
 	if err != nil {
 		return Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
 	}

@@ -93,3 +93,31 @@ func TestNDJSONBadLinesAreNamed(t *testing.T) {
 	require.Len(t, bad, 1)
 	require.Equal(t, 2, bad[0].Line)
 }
+
+func TestRowsTheValidatorRefusesAreNamed(t *testing.T) {
+	t.Parallel()
+	types, err := ingest.LoadTypes(filepath.Join("..", "examples", "types.yaml"))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "x.ndjson")
+	require.NoError(t, os.WriteFile(path, []byte(`{"id":"a","time":"t"}`+"\n"+`{"id":"b"}`+"\n"+`{"id":"c","time":"t"}`+"\n"), 0o600))
+	f, err := ingest.OpenFile(path, "", "id")
+	require.NoError(t, err)
+	f.Validate = types["earthquake"].Validate
+	var ids []string
+	for {
+		rec, err := f.Next()
+		if err == io.EOF {
+			break
+		}
+		var rowErr *ingest.RowError
+		if errors.As(err, &rowErr) {
+			require.Equal(t, 2, rowErr.Line)
+			require.ErrorContains(t, rowErr, "x.ndjson:2:")
+			require.ErrorContains(t, rowErr, "time")
+			continue
+		}
+		require.NoError(t, err)
+		ids = append(ids, rec.ID)
+	}
+	require.Equal(t, []string{"a", "c"}, ids, "the neighbours of the bad row are read")
+}

@@ -261,6 +261,9 @@ func produceCommand() *cli.Command {
 			if err != nil {
 				return usageError(err)
 			}
+			if t != nil {
+				file.Validate = t.Validate // a row its type refuses goes to the DLQ with file:line
+			}
 			brokers, topic := splitList(c.String("brokers")), f.String("topic")
 			if err := ensureTopics(c.Context, brokers, topic, c.Int("topic-partitions")); err != nil {
 				return err
