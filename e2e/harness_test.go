@@ -59,15 +59,21 @@ func newEnv(t *testing.T, capacity, partitions int, ttl time.Duration, simArgs .
 		parts:    partitions,
 		ttl:      ttl,
 	}
-	addr := freeAddr(t)
-	e.start("sim", append([]string{"sink-sim", "--listen", addr, "--capacity", fmt.Sprint(capacity)}, simArgs...)...)
-	e.sim = "http://" + addr
-	require.Eventually(t, func() bool { _, err := e.simStats(); return err == nil }, 10*time.Second, 20*time.Millisecond, "sink emulator did not start")
+	e.startSim(simArgs...)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, queue.EnsureTopic(ctx, []string{brokers}, e.name, 6))
 	require.NoError(t, queue.EnsureTopic(ctx, []string{brokers}, e.name+".dlq", 1))
 	return e
+}
+
+// startSim starts the env's sink emulator, provisioned at its capacity.
+func (e *env) startSim(args ...string) {
+	e.t.Helper()
+	addr := freeAddr(e.t)
+	e.start("sim-"+e.name, append([]string{"sink-sim", "--listen", addr, "--capacity", fmt.Sprint(e.capacity)}, args...)...)
+	e.sim = "http://" + addr
+	require.Eventually(e.t, func() bool { _, err := e.simStats(); return err == nil }, 10*time.Second, 20*time.Millisecond, "sink emulator did not start")
 }
 
 func freeAddr(t *testing.T) string {
