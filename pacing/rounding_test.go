@@ -2,6 +2,7 @@ package pacing
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -54,6 +55,33 @@ func TestFractionalSliceNeverSkipsASlice(t *testing.T) {
 				require.GreaterOrEqual(t, b, int64(132), "a slice was skipped at %v", time.Since(c.on))
 			}
 			flowing = flowing || b >= 132
+			p.Spend(b)
+		}
+		require.True(t, flowing)
+	})
+}
+
+// The same with the jitter of a real worker: records are collected for a
+// few milliseconds between a slice's opening and its Spend, so the oldest
+// spend can still be in the account, by a millisecond, when the slice opens
+// and the floored budget after it leaves falls a fraction short of a slice.
+// Waiting that millisecond must win over sending nothing.
+func TestJitteredSpendsNeverSkipASlice(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		c := stepCapacity{on: time.Now().Add(330 * time.Millisecond), r: 2000.0 / 3}
+		p, err := New(Config{Guard: 20 * time.Millisecond}, c)
+		require.NoError(t, err)
+		rng := rand.New(rand.NewPCG(1, 2))
+		flowing := false
+		for range 400 {
+			b, err := p.Next(context.Background(), 1)
+			require.NoError(t, err)
+			if flowing {
+				require.GreaterOrEqual(t, b, int64(125), "a slice was skipped at %v", time.Since(c.on))
+			}
+			flowing = flowing || b >= 132
+			time.Sleep(time.Duration(rng.IntN(4000)) * time.Microsecond)
 			p.Spend(b)
 		}
 		require.True(t, flowing)
