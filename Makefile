@@ -46,6 +46,12 @@ e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here
 bench: ## benchmark scenarios 1-7 beside the alternatives (embedded Kafka and Redis, about 10 min); writes bench/results.json and bench/*.png
 	$(GO) run ./cmd/sluice-bench --out bench
 
+.PHONY: bench-api
+bench-api: build ## load test of sluice api against a real Kafka broker (started here): records/s and p50/p99 latency, 16 clients, batches of 100, 10 s
+	scripts/kafka.sh start
+	SLUICE_E2E_BIN=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -run '^$$' -bench APIIntake -benchtime 1x ./e2e/ 2>&1 | tee $(CACHE)/bench-api.log; \
+		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; exit $$rc
+
 .PHONY: lint
 lint: ## gofmt, go vet, and go mod tidy leaving no diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

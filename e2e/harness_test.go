@@ -40,7 +40,7 @@ const usgsRecords = 9366
 // env is one test's world: its own topic, group and pool on the shared
 // broker and Redis, its own sink emulator.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	name     string // topic and pool name
 	redis    string
 	capacity int
@@ -49,7 +49,7 @@ type env struct {
 	sim      string // sink emulator base URL
 }
 
-func newEnv(t *testing.T, capacity, partitions int, ttl time.Duration, simArgs ...string) *env {
+func newEnv(t testing.TB, capacity, partitions int, ttl time.Duration, simArgs ...string) *env {
 	t.Helper()
 	e := &env{
 		t:        t,
@@ -76,7 +76,7 @@ func (e *env) startSim(args ...string) {
 	require.Eventually(e.t, func() bool { _, err := e.simStats(); return err == nil }, 10*time.Second, 20*time.Millisecond, "sink emulator did not start")
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -252,7 +252,7 @@ func (e *env) produce(n int) int {
 }
 
 // head writes the first n rows of the USGS file to a temporary CSV.
-func head(t *testing.T, n int) string {
+func head(t testing.TB, n int) string {
 	t.Helper()
 	data, err := os.ReadFile(usgs)
 	require.NoError(t, err)
