@@ -58,7 +58,7 @@ type BulkLoadConfig struct {
 
 // BulkLoadPorts are what a BulkLoad drives.
 type BulkLoadPorts struct {
-	File        *FileReader
+	File        Rows
 	Producer    Producer
 	DeadLetters DeadLetters // receives malformed rows
 	Offsets     Offsets
@@ -187,7 +187,7 @@ func (f producerFunc) Produce(ctx context.Context, topic string, recs []Record) 
 // Produce sends every record of f to topic in chunks of chunk records
 // (default 500), and every malformed row to the dead-letter topic with its
 // file:line. It returns the rows read and how many were malformed.
-func Produce(ctx context.Context, f *FileReader, topic string, chunk int, p Producer, dlq DeadLetters, log *slog.Logger) (total, bad int64, err error) {
+func Produce(ctx context.Context, f Rows, topic string, chunk int, p Producer, dlq DeadLetters, log *slog.Logger) (total, bad int64, err error) {
 	buf := make([]Record, 0, cmp.Or(chunk, 500))
 	flush := func() error {
 		if len(buf) == 0 {

@@ -114,6 +114,7 @@ func bulkLoadCommand() *cli.Command {
 			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods); 0: only produce, and wait for worker pods of the group to drain"),
 			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what is not given (nothing to install)"),
 			stringFlag("format", "", "input format: csv or ndjson (default: from the extension)"),
+			stringFlag("order", "file", "produce order: file, or interleave (consecutive records from different key ranges of the sink key, so a range-partitioned sink is not written at one end)"),
 			topicPartitionsFlag(),
 			stringFlag("summary-json", "", "write the summary as JSON to this `FILE`"),
 			metricsFlag(),
@@ -138,6 +139,16 @@ func bulkLoad(c *cli.Context) error {
 	file, err := ingest.OpenFile(c.Args().First(), c.String("format"), s.idField)
 	if err != nil {
 		return usageError(err)
+	}
+	var rows ingest.Rows = file
+	switch order := c.String("order"); order {
+	case "file":
+	case "interleave":
+		if rows, err = ingest.Interleave(file, s.sinkKeyOf, 0); err != nil {
+			return usageError(err)
+		}
+	default:
+		return usageError(fmt.Errorf("--order: want file or interleave, got %q", order))
 	}
 	ctx := c.Context
 	if c.Bool("embedded") {
@@ -194,7 +205,7 @@ func bulkLoad(c *cli.Context) error {
 		cfg.Bar = f
 	}
 	load, err := ingest.NewBulkLoad(cfg, ingest.BulkLoadPorts{
-		File:        file,
+		File:        rows,
 		Producer:    producer,
 		DeadLetters: dlq,
 		Offsets:     queue.Admin{Brokers: s.brokers},

@@ -29,7 +29,8 @@ type settings struct {
 	pool      lease.Pool
 	reserved  int
 	pricing   ingest.Pricing
-	processor ingest.Processor // the --type's validation and enrichment; nil without --type
+	processor ingest.Processor                    // the --type's validation and enrichment; nil without --type
+	sinkKeyOf func(ingest.Record) (string, error) // the sink key rule applied to a record; nil without a rule
 
 	topic, group, idField        string
 	typeName                     string // the --type, "" without

@@ -1,0 +1,97 @@
+package ingest
+
+import (
+	"cmp"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Rows yields a file's records in the order they are to be produced: a
+// Record, a *RowError for a malformed row (call Next again to go on), or
+// io.EOF. *FileReader is one.
+type Rows interface {
+	Next() (Record, error)
+}
+
+// DefaultInterleaveBuckets is the number of key ranges Interleave spreads
+// consecutive records over.
+const DefaultInterleaveBuckets = 64
+
+// Interleave reads all of rows and returns them reordered for a bulk load
+// so that consecutive writes land in different key ranges of a
+// range-partitioned store, instead of all on the range holding the latest
+// key (Cloud Storage advises this for bulk uploads and deletes of
+// sequentially named objects). The records, sorted by sink key, are cut
+// into buckets contiguous ranges of equal size and taken round-robin over
+// them: consecutive records are about n/buckets apart in key order. (Hash
+// buckets of the key would not do: round-robin over them takes each
+// bucket's first record first, and those all sit near the start of the key
+// order.)
+//
+// key returns a record's sink key; when it fails, or is nil, the record's
+// ID stands in. buckets ≤ 0 means DefaultInterleaveBuckets. Malformed rows
+// come first, in file order. The error is the first non-row error of rows.
+func Interleave(rows Rows, key func(Record) (string, error), buckets int) (Rows, error) {
+	buckets = cmp.Or(max(buckets, 0), DefaultInterleaveBuckets)
+	type keyed struct {
+		key string
+		rec Record
+	}
+	var bad []error
+	var all []keyed
+	for {
+		rec, err := rows.Next()
+		if err == io.EOF {
+			break
+		}
+		var rowErr *RowError
+		if errors.As(err, &rowErr) {
+			bad = append(bad, err)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		k := rec.ID
+		if key != nil {
+			if sk, err := key(rec); err == nil {
+				k = sk
+			}
+		}
+		all = append(all, keyed{k, rec})
+	}
+	slices.SortStableFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	size := (len(all) + buckets - 1) / buckets
+	out := &orderedRows{bad: bad, recs: make([]Record, 0, len(all))}
+	for i := range size {
+		for start := 0; start < len(all); start += size {
+			if start+i < min(start+size, len(all)) {
+				out.recs = append(out.recs, all[start+i].rec)
+			}
+		}
+	}
+	return out, nil
+}
+
+// orderedRows replays rows already read: the malformed ones, then the
+// records.
+type orderedRows struct {
+	bad  []error
+	recs []Record
+}
+
+func (o *orderedRows) Next() (Record, error) {
+	if len(o.bad) > 0 {
+		err := o.bad[0]
+		o.bad = o.bad[1:]
+		return Record{}, err
+	}
+	if len(o.recs) == 0 {
+		return Record{}, io.EOF
+	}
+	rec := o.recs[0]
+	o.recs = o.recs[1:]
+	return rec, nil
+}
