@@ -107,6 +107,11 @@ func LoadTypes(path string) (map[string]*RecordType, error) {
 		}
 		t.Name = name
 		t.PoolSpec = doc.Pools[t.Pool]
+		if t.SinkKey.Template != "" || t.SinkKey.Strategy != "" {
+			if _, err := NewSinkKey(t.SinkKey.Template, t.SinkKey.Strategy); err != nil {
+				return nil, fmt.Errorf("%w: %s: type %q: %w", ErrRecordType, path, name, err)
+			}
+		}
 		for _, e := range t.Enrich {
 			if e != "ingested_at" {
 				return nil, fmt.Errorf("%w: %s: type %q: unknown enrichment %q (want ingested_at)", ErrRecordType, path, name, e)

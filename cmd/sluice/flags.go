@@ -98,6 +98,8 @@ func pipelineFlags() []cli.Flag {
 		stringFlag("topic", "records", "Kafka `topic` of the record type (dead letters go to <topic>.dlq)"),
 		stringFlag("group", "", "Kafka consumer group (default sluice-<topic>)"),
 		stringFlag("id-field", "", "JSON field or CSV column holding the record ID (idempotency key); default: a content hash"),
+		stringFlag("sink-key", "", "sink key `TEMPLATE` of record fields, e.g. {net}/{time}/{id}: the key the sink stores a record under (default: its ID)"),
+		stringFlag("sink-key-strategy", "none", "how --sink-key is spread over a range-partitioned sink's key ranges: none, hash-prefix:N, reverse, bit-reverse, uuid4 or shard:N"),
 		durationFlag("slice", 200*time.Millisecond, "pacing slice: work is released every slice"),
 		durationFlag("send-guard", 20*time.Millisecond, "jitter allowed between send and accept: the pacer's one-second account covers this much more (costs guard/1s of utilization)"),
 		intFlag("batch-size", 100, "most records per sink request"),

@@ -59,7 +59,8 @@ func oneType(c *cli.Context) (*ingest.RecordType, error) {
 
 // flagValues reads a command's flags with a record type's values standing in
 // for the flags the user did not give: --topic, --id-field, --pool, --cost,
-// --sink, and the pool's definition when the types file has one.
+// --sink, --sink-key, --sink-key-strategy, and the pool's definition when
+// the types file has one.
 type flagValues struct {
 	*cli.Context
 	typed map[string]any
@@ -80,6 +81,8 @@ func typedFlags(c *cli.Context, t *ingest.RecordType) flagValues {
 	set("pool", t.Pool, t.Pool != "")
 	set("cost", t.Cost, t.Cost != "")
 	set("sink", t.Sink, t.Sink != "")
+	set("sink-key", t.SinkKey.Template, t.SinkKey.Template != "")
+	set("sink-key-strategy", t.SinkKey.Strategy, t.SinkKey.Strategy != "")
 	if p := t.PoolSpec; p != nil {
 		set("capacity", p.Capacity, true)
 		set("unit", cmp.Or(p.Unit, string(ingest.UnitRecords)), true)

@@ -74,3 +74,20 @@ func TestOneTypeFlagsOverrideTheType(t *testing.T) {
 	require.Equal(t, "quakes-interactive", all[0].pool.Name)
 	require.Equal(t, 15, all[0].pool.Partitions, "the rest of the type's pool")
 }
+
+func TestSinkKeyFlagsAndTypeRule(t *testing.T) {
+	t.Parallel()
+	all, err := parseWorker(t, "--capacity", "10", "--sink-key", "{time}/{id}", "--sink-key-strategy", "shard:16")
+	require.NoError(t, err)
+	out, err := all[0].processor.Process(ingest.Record{ID: "a", Value: []byte(`{"id":"a","time":"t1"}`)})
+	require.NoError(t, err)
+	require.Regexp(t, `^\d\d/t1/a$`, out.SinkKey)
+	key, err := all[0].sinkKeyOf(ingest.Record{Value: []byte(`{"id":"a","time":"t1"}`)})
+	require.NoError(t, err)
+	require.Equal(t, out.SinkKey, key, "bulk-load orders by the key the worker writes")
+
+	_, err = parseWorker(t, "--capacity", "10", "--sink-key", "{time", "--sink-key-strategy", "shard:16")
+	require.ErrorContains(t, err, "--sink-key, --sink-key-strategy:")
+	_, err = parseWorker(t, "--capacity", "10", "--sink-key-strategy", "reverse")
+	require.ErrorContains(t, err, "needs --sink-key")
+}

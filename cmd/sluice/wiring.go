@@ -131,6 +131,16 @@ func settingsFor(cc *cli.Context, t *ingest.RecordType) (settings, error) {
 		s.processor = t.Processor()
 		s.typeName = t.Name
 	}
+	if template := c.String("sink-key"); template != "" {
+		sk, err := ingest.NewSinkKey(template, c.String("sink-key-strategy"))
+		if err != nil {
+			return s, fmt.Errorf("--sink-key, --sink-key-strategy: %w", err)
+		}
+		s.processor = ingest.Chain(s.processor, sk.Processor())
+		s.sinkKeyOf = func(rec ingest.Record) (string, error) { return sk.Key(rec.Value) }
+	} else if cc.IsSet("sink-key-strategy") {
+		return s, errors.New("--sink-key-strategy: needs --sink-key TEMPLATE")
+	}
 	if s.pool.Ramp, err = readRamp(cc); err != nil {
 		return s, err
 	}
