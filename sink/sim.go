@@ -2,6 +2,7 @@ package sink
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,6 +80,19 @@ type SimConfig struct {
 	// ChargeFactor scales the Charge rule, e.g. 1.2 for a service that
 	// charges 20 % more than a client estimates. Default 1.
 	ChargeFactor float64
+	// PartitionLimit, when > 0, turns on range partitions: keys (a
+	// record's "key", else its id) are ordered lexicographically and cut
+	// into ranges, each admitting at most PartitionLimit operations
+	// (records) in any sliding second, on top of Capacity; a record its
+	// range refuses is answered 429 alone. 0 (default): no ranges.
+	// DefaultPartitionLimit is the vendors' figure.
+	PartitionLimit int64
+	// SplitAfter is how long a range must stay hot (≥ 90 % of its limit
+	// used, or throttling, in the last second) before it splits at the
+	// median of its recent keys. Default DefaultSplitAfter.
+	SplitAfter time.Duration
+	// MaxPartitions caps the number of ranges. Default DefaultMaxPartitions.
+	MaxPartitions int
 	// Clock returns the current time. Default time.Now; tests inject a
 	// fake clock. Readings that go backwards are treated as the last one.
 	Clock func() time.Time
@@ -107,6 +121,7 @@ type Sim struct {
 	win200                  window        // stats: max units in any 200 ms
 	stats                   SimStats
 	series                  []int64
+	ranges                  *ranges // nil without PartitionLimit
 }
 
 // NewSim validates cfg, fills its defaults and returns an emulator whose
@@ -123,6 +138,18 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 		return nil, fmt.Errorf("sink: max body bytes %d is negative", cfg.MaxBodyBytes)
 	case cfg.ChargeFactor < 0 || math.IsNaN(cfg.ChargeFactor) || math.IsInf(cfg.ChargeFactor, 0):
 		return nil, fmt.Errorf("sink: charge factor %v must be a finite number > 0", cfg.ChargeFactor)
+	case cfg.PartitionLimit < 0 || cfg.PartitionLimit > MaxCapacity:
+		return nil, fmt.Errorf("sink: partition limit %d ops/s out of range 0..%d", cfg.PartitionLimit, MaxCapacity)
+	case cfg.SplitAfter < 0:
+		return nil, fmt.Errorf("sink: split-after %v is negative", cfg.SplitAfter)
+	case cfg.MaxPartitions < 0:
+		return nil, fmt.Errorf("sink: max partitions %d is negative", cfg.MaxPartitions)
+	}
+	if cfg.SplitAfter == 0 {
+		cfg.SplitAfter = DefaultSplitAfter
+	}
+	if cfg.MaxPartitions == 0 {
+		cfg.MaxPartitions = DefaultMaxPartitions
 	}
 	if cfg.ChargeFactor == 0 {
 		cfg.ChargeFactor = 1
@@ -171,6 +198,10 @@ func (s *Sim) Reset() {
 	s.stats.CapacityPerSec = s.cfg.Capacity
 	s.series = nil
 	s.charged = false
+	s.ranges = nil
+	if s.cfg.PartitionLimit > 0 {
+		s.ranges = newRanges(s.cfg.PartitionLimit, s.cfg.SplitAfter, s.cfg.MaxPartitions)
+	}
 }
 
 // Stats returns the statistics since the start or the last reset.
@@ -187,6 +218,9 @@ func (s *Sim) Snapshot(series bool) SimStats {
 	st.MaxUnits1s, st.MaxUnits200ms = s.win1s.max, s.win200.max
 	if s.charged {
 		st.FirstChargeAt, st.LastChargeAt = s.epoch.Add(s.firstCharge), s.epoch.Add(s.lastCharge)
+	}
+	if s.ranges != nil {
+		st.Partitions, st.Splits = s.ranges.stats(), s.ranges.splits
 	}
 	if series {
 		st.SeriesStart = s.epoch
@@ -238,6 +272,7 @@ func (s *Sim) Serve(ctx context.Context, ln net.Listener) error {
 // incoming is one parsed request element.
 type incoming struct {
 	id     string
+	key    string // the range partitioning key: the record's key, else its id
 	cost   int64
 	reason string // non-empty: rejected with 400
 }
@@ -317,7 +352,7 @@ func (s *Sim) parse(i int, raw json.RawMessage) incoming {
 	if err := json.Unmarshal(raw, &wr); err != nil {
 		return incoming{id: wr.ID, reason: fmt.Sprintf("record %d is not a {id, cost, value} object: %v", i, err)}
 	}
-	in := incoming{id: wr.ID}
+	in := incoming{id: wr.ID, key: cmp.Or(wr.Key, wr.ID)}
 	value := bytes.TrimSpace(wr.Value)
 	switch {
 	case wr.ID == "":
@@ -378,7 +413,8 @@ func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Durat
 	}
 	results = make([]WireResult, len(recs))
 	var charged, acceptedUnits int64
-	throttled := false
+	throttled := false    // capacity exhausted: the rest of the request is throttled
+	anyThrottled := false // a record was throttled, by capacity or by its range
 	for i, in := range recs {
 		res := WireResult{ID: in.id}
 		switch {
@@ -392,11 +428,31 @@ func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Durat
 			res.Status, res.Error = StatusFailed, "injected failure"
 			s.stats.Failed++
 		default:
+			part := -1
+			if s.ranges != nil {
+				part = s.ranges.find(in.key)
+				if w := s.ranges.wait(at, part, 0); w > 0 {
+					s.ranges.throttle(at, part)
+					if !anyThrottled {
+						wait = w
+					}
+					anyThrottled = true
+					res.Status, res.Error = StatusThrottled, "throttled: the key's range partition is at its limit"
+					s.stats.Throttled++
+					break
+				}
+			}
 			if w := s.take(at, charged, in.cost); w > 0 {
-				throttled, wait = true, w
+				if !anyThrottled {
+					wait = w
+				}
+				throttled, anyThrottled = true, true
 				res.Status, res.Error = StatusThrottled, "throttled: capacity exhausted"
 				s.stats.Throttled++
 				break
+			}
+			if part >= 0 {
+				s.ranges.admit(at, part, in.key)
 			}
 			charged += in.cost
 			res.Charge = in.cost
@@ -416,8 +472,11 @@ func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Durat
 	s.stats.Records += int64(len(recs))
 	s.stats.UnitsAccepted += acceptedUnits
 	s.stats.UnitsCharged += charged
-	if throttled {
+	if anyThrottled {
 		s.stats.ThrottledRequests++
+	}
+	if s.ranges != nil {
+		s.ranges.settle(at)
 	}
 	if charged > 0 {
 		if !s.charged {

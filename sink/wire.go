@@ -46,6 +46,9 @@ type WireRecord struct {
 	Cost *int64 `json:"cost,omitempty"`
 	// Value is the payload; the emulator requires a JSON object.
 	Value json.RawMessage `json:"value"`
+	// Key is the record's sink key (ingest.Record.SinkKey), which a
+	// range-partitioned emulator places it by; empty: the ID.
+	Key string `json:"key,omitempty"`
 }
 
 // WireResult is the sink's answer for one record, in request order.
@@ -95,4 +98,23 @@ type SimStats struct {
 	// UnitsPer200ms is the units charged in each consecutive 200 ms bucket
 	// since SeriesStart, up to the last admission. Only with ?series=1.
 	UnitsPer200ms []int64 `json:"units_per_200ms,omitempty"`
+	// Partitions is the range layout with SimConfig.PartitionLimit, in key
+	// order; Splits counts the splits so far.
+	Partitions []PartitionStats `json:"partitions,omitempty"`
+	Splits     int              `json:"splits,omitempty"`
+}
+
+// PartitionStats is one range partition of the emulator.
+type PartitionStats struct {
+	// Low is the range's first key (inclusive; "" for the first range),
+	// High the next range's first key ("" for the last range).
+	Low  string `json:"low"`
+	High string `json:"high,omitempty"`
+	// Accepted counts the operations (records, duplicates included) the
+	// range admitted, Throttled those it refused with 429.
+	Accepted  int64 `json:"accepted"`
+	Throttled int64 `json:"throttled"`
+	// MaxOps1s is the most operations the range admitted in any sliding
+	// second since it was created.
+	MaxOps1s int64 `json:"max_ops_1s"`
 }
