@@ -344,6 +344,9 @@ func simConfig(c *cli.Context, prefix string, capacity float64) (sink.SimConfig,
 		ErrorRate:      c.Float64(prefix + "error-rate"),
 		RequiredFields: splitList(c.String(prefix + "required-fields")),
 		Seed:           time.Now().UnixNano(),
+		PartitionLimit: int64(c.Int(prefix + "partition-limit")),
+		SplitAfter:     c.Duration(prefix + "split-after"),
+		MaxPartitions:  c.Int(prefix + "max-partitions"),
 	}
 	if rule := c.String(prefix + "charge"); rule != "" {
 		charge, err := ingest.ParseCost(unit, rule)
