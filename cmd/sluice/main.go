@@ -20,6 +20,7 @@ const (
 	exitFailure     = 1 // a runtime failure (service unreachable, I/O error)
 	exitUsage       = 2 // a bad flag, argument, file or pool definition
 	exitDeadLetters = 3 // bulk-load finished, but some records were dead-lettered
+	exitBelowTarget = 4 // stress: the partition's ceiling is below --target
 )
 
 func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
@@ -52,7 +53,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			"offsets only once the sink acknowledged them, and dead-letter what can never be\n" +
 			"written. Every flag can also be set by the environment variable shown beside it.\n\n" +
 			"Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration,\n" +
-			"3 bulk-load finished with dead-lettered records.",
+			"3 bulk-load finished with dead-lettered records, 4 stress found a ceiling below\n" +
+			"its --target.",
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		HideHelpCommand:      true,
@@ -65,6 +67,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			sinkSimCommand(),
 			poolCommand(),
 			apiCommand(),
+			stressCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors and picks the exit code
 	}

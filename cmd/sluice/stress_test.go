@@ -1,0 +1,30 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/sink"
+)
+
+// sluice stress against sink-sim's range partitions finds the partition
+// limit within 10 %, and exits 4 when it is below the target.
+func TestStressCommandFindsThePartitionLimit(t *testing.T) {
+	sim, url := startSim(t, sink.SimConfig{Capacity: 50_000, PartitionLimit: 300})
+	code, stdout, stderr := runCLI(t, "stress", "--sink", url, "--start", "200", "--step", "25", "--step-every", "1s",
+		"--target", "1000", "--json")
+	require.Equal(t, exitBelowTarget, code, stderr)
+	var rep sink.StressReport
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	t.Logf("steps %+v", rep.Steps)
+	require.Equal(t, "throttled", rep.StoppedBy)
+	require.InEpsilon(t, 300, rep.Highest, 0.10)
+	require.Equal(t, "below target", rep.Verdict)
+	require.Len(t, sim.Snapshot(false).Partitions, 1)
+
+	code, _, stderr = runCLI(t, "stress", "--sink", url, "--step-every", "10ms")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "step-every")
+}
