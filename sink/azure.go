@@ -58,6 +58,10 @@ type AzureTablesConfig struct {
 	Table string
 	// Timeout bounds each transaction. Default DefaultTimeout.
 	Timeout time.Duration
+	// Batch limits each entity-group transaction; zero fields take the
+	// service's maxima, 100 operations and 4 MiB, which are also the most
+	// allowed.
+	Batch ingest.BatchLimits
 	// Logger receives the sink's events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -88,6 +92,7 @@ type AzureTablesSink struct {
 	client    *aztables.Client
 	transport *http.Transport // nil in tests that build the struct
 	timeout   time.Duration
+	batch     ingest.BatchLimits
 	log       *slog.Logger
 }
 
@@ -108,6 +113,8 @@ func NewAzureTables(ctx context.Context, cfg AzureTablesConfig) (*AzureTablesSin
 		return nil, fmt.Errorf("%w: table %q: want 3-63 letters and digits, not starting with a digit", ErrAzureConfig, cfg.Table)
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("%w: timeout %v is negative", ErrAzureConfig, cfg.Timeout)
+	case cfg.Batch.MaxOps < 0 || cfg.Batch.MaxOps > azureMaxOps || cfg.Batch.MaxBytes < 0 || cfg.Batch.MaxBytes > azureMaxBytes:
+		return nil, fmt.Errorf("%w: batch limits %d operations, %d bytes: want 1..%d and 1..%d", ErrAzureConfig, cfg.Batch.MaxOps, cfg.Batch.MaxBytes, azureMaxOps, azureMaxBytes)
 	}
 	cred, err := aztables.NewSharedKeyCredential(cfg.Account, cfg.Key)
 	if err != nil {
@@ -133,6 +140,7 @@ func NewAzureTables(ctx context.Context, cfg AzureTablesConfig) (*AzureTablesSin
 		client:    svc.NewClient(cfg.Table),
 		transport: transport,
 		timeout:   cmp.Or(cfg.Timeout, DefaultTimeout),
+		batch:     ingest.BatchLimits{MaxOps: cmp.Or(cfg.Batch.MaxOps, azureMaxOps), MaxBytes: cmp.Or(cfg.Batch.MaxBytes, azureMaxBytes)},
 		log:       cmp.Or(cfg.Logger, slog.Default()),
 	}, nil
 }
@@ -148,14 +156,14 @@ func (a *AzureTablesSink) Close() error {
 // azureOp is one record's upsert.
 type azureOp struct {
 	i      int // index in the batch
+	pk     string
 	entity []byte
 }
 
 // Write makes one attempt to upsert batch; see AzureTablesSink.
 func (a *AzureTablesSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.Result, error) {
 	out := make([]ingest.Result, len(batch))
-	groups := map[string][]azureOp{}
-	var order []string
+	var ops []azureOp
 	seen := map[[2]string]bool{}
 	for i, r := range batch {
 		if !json.Valid(r.Value) {
@@ -174,23 +182,17 @@ func (a *AzureTablesSink) Write(ctx context.Context, batch []ingest.Record) ([]i
 			out[i] = ingest.Result{Outcome: ingest.Permanent, Reason: "azure tables: " + err.Error()}
 			continue
 		}
-		if _, ok := groups[pk]; !ok {
-			order = append(order, pk)
-		}
-		groups[pk] = append(groups[pk], azureOp{i: i, entity: entity})
+		ops = append(ops, azureOp{i: i, pk: pk, entity: entity})
 	}
-	for _, pk := range order {
-		ops := groups[pk]
-		for len(ops) > 0 {
-			n, size := 0, 0
-			for n < len(ops) && n < azureMaxOps && (n == 0 || size+len(ops[n].entity)+azureOpOverhead <= azureMaxBytes) {
-				size += len(ops[n].entity) + azureOpOverhead
-				n++
-			}
-			if err := a.submit(ctx, ops[:n], out); err != nil {
-				return nil, err
-			}
-			ops = ops[n:]
+	groups := ingest.GroupBatches(len(ops), func(k int) string { return ops[k].pk },
+		func(k int) int { return len(ops[k].entity) + azureOpOverhead }, a.batch)
+	for _, g := range groups {
+		tx := make([]azureOp, len(g))
+		for j, k := range g {
+			tx[j] = ops[k]
+		}
+		if err := a.submit(ctx, tx, out); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

@@ -107,6 +107,16 @@ func TestAzureTablesKeysAndGrouping(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(got.Value), `"Value":"{\"mag\":1}"`)
 
+	// Lower limits from the config: 7 operations or about 3 entities'
+	// bytes a transaction.
+	small := openAzure(t)
+	small.batch = ingest.BatchLimits{MaxOps: 7, MaxBytes: 3 * (azureOpOverhead + 120)}
+	res, err = small.Write(t.Context(), batch[:50])
+	require.NoError(t, err)
+	for i, r := range res {
+		require.Equal(t, ingest.Delivered, r.Outcome, "record %d with small batches: %s", i, r.Reason)
+	}
+
 	require.Equal(t, "p"+fmt.Sprintf("%02d", 0)[:0]+AzurePartitionKey(ingest.Record{ID: "x"})[1:], AzurePartitionKey(ingest.Record{ID: "x"}))
 	require.Equal(t, "given", AzurePartitionKey(ingest.Record{ID: "x", SinkKey: "a/b", PartitionKey: "given"}))
 	require.Equal(t, "a%2Fb%5C%23%3F%25", EscapeAzureKey(`a/b\#?%`))
@@ -119,6 +129,8 @@ func TestNewAzureTablesRejectsBadConfig(t *testing.T) {
 		{ServiceURL: "http://127.0.0.1:1/a", Key: "k", Table: "tab"},
 		{ServiceURL: "http://127.0.0.1:1/a", Account: "a", Table: "tab"},
 		{ServiceURL: "http://127.0.0.1:1/a", Account: "a", Key: "k", Table: "t_1"},
+		{ServiceURL: "http://127.0.0.1:1/a", Account: "a", Key: "k", Table: "tab", Batch: ingest.BatchLimits{MaxOps: 101}},
+		{ServiceURL: "http://127.0.0.1:1/a", Account: "a", Key: "k", Table: "tab", Batch: ingest.BatchLimits{MaxBytes: 5 << 20}},
 	} {
 		_, err := NewAzureTables(t.Context(), cfg)
 		require.ErrorIs(t, err, ErrAzureConfig, "%+v", cfg)

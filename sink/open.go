@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,7 +72,9 @@ type Opened interface {
 //     (AzureTablesSink), path-style as Azurite serves it, plain HTTP when
 //     host is a loopback address and HTTPS otherwise;
 //     azuretables://account.table.core.windows.net?table=T: the account is
-//     the host's first label. The account key comes from OpenConfig.
+//     the host's first label. Optional batch_ops and batch_bytes lower the
+//     entity-group transaction limits (at most 100 and 4 MiB). The account
+//     key comes from OpenConfig.
 func CheckURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -160,6 +163,15 @@ func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 // azureConfig reads an azuretables:// URL and the account key.
 func azureConfig(u *url.URL, cfg OpenConfig) (AzureTablesConfig, error) {
 	ac := AzureTablesConfig{Table: u.Query().Get("table"), Timeout: cfg.Timeout, Logger: cfg.Logger}
+	for param, limit := range map[string]*int{"batch_ops": &ac.Batch.MaxOps, "batch_bytes": &ac.Batch.MaxBytes} {
+		if v := u.Query().Get(param); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return ac, fmt.Errorf("%w %s: %s: want a positive integer, got %q", ErrSinkURL, u.String(), param, v)
+			}
+			*limit = n
+		}
+	}
 	scheme := "https"
 	if ip := net.ParseIP(u.Hostname()); (ip != nil && ip.IsLoopback()) || u.Hostname() == "localhost" {
 		scheme = "http"
