@@ -1,5 +1,6 @@
 // Package bench is sluice's benchmark harness: the seven scenarios of the
-// design's "How we measure" section, each run against the same sink
+// design's "How we measure" section, and an eighth on write hotspots (sink
+// key strategies against a range-partitioned emulator), each run against the same sink
 // emulator (sink.Sim, served over HTTP on 127.0.0.1) on the same Kafka data,
 // with the alternatives measured in the same run beside sluice:
 //

@@ -26,7 +26,7 @@ type Config struct {
 	Real      bool
 	Brokers   []string
 	RedisAddr string
-	// Scenarios to run, by number 1..7. Default all.
+	// Scenarios to run, by number 1..8. Default all.
 	Scenarios []int
 	// Reps is the repetitions of every run shorter than 30 s; the tables
 	// show the median. Default 3.
@@ -62,7 +62,7 @@ type runner struct {
 // returns an error only when a scenario could not run.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(cfg.Scenarios) == 0 {
-		cfg.Scenarios = []int{1, 2, 3, 4, 5, 6, 7}
+		cfg.Scenarios = []int{1, 2, 3, 4, 5, 6, 7, 8}
 	}
 	cfg.Reps = max(cfg.Reps, 1)
 	if cfg.Out == "" {
@@ -109,11 +109,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Machine.CPU, rep.Machine.Cores, rep.Machine.OS, rep.GoVersion, rep.Commit, rep.Services)
 	scenarios := map[int]func(context.Context) ([]Scenario, error){
 		1: r.scenario1, 2: r.scenario2, 3: r.scenario3, 4: r.scenario4, 5: r.scenario5, 6: r.scenario6, 7: r.scenario7,
+		8: r.scenario8,
 	}
 	for _, n := range cfg.Scenarios {
 		f, ok := scenarios[n]
 		if !ok {
-			return nil, fmt.Errorf("bench: no scenario %d (want 1..7)", n)
+			return nil, fmt.Errorf("bench: no scenario %d (want 1..8)", n)
 		}
 		t0 := time.Now()
 		r.log.Info("scenario starting", "scenario", n)

@@ -41,6 +41,7 @@ type sluiceWorker struct {
 type workerSpec struct {
 	topic, group string
 	records      int64
+	processor    ingest.Processor // e.g. a sink key rule; nil: none
 }
 
 // newSluiceWorker builds a worker. With start set the worker leases ahead
@@ -94,6 +95,7 @@ func (e *env) newSluiceWorker(ctx context.Context, spec workerSpec, pool lease.P
 		Start:         start,
 		Logger:        log,
 		Counters:      counters,
+		Processor:     spec.processor,
 	}, ingest.Ports{
 		Source:      src,
 		DeadLetters: dlq,

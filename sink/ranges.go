@@ -20,8 +20,9 @@ const (
 	DefaultMaxPartitions = 64
 
 	// hotShare is the share of its limit a range must use in the last
-	// second to count as hot (or it throttled in the last second).
-	hotShare = 0.9
+	// second to count as hot (or it throttled in the last second). Half:
+	// a client that backs off when throttled keeps a busy range above it.
+	hotShare = 0.5
 	// rangeSample is how many recent keys a range keeps to find its median.
 	rangeSample = 512
 )
@@ -42,7 +43,7 @@ type keyRange struct {
 
 // ranges is the emulator's range partitioning: keys are ordered
 // lexicographically and cut into ranges, each admitting at most limit
-// operations in any sliding second. A range that stays hot (≥ 90 % of its
+// operations in any sliding second. A range that stays hot (≥ 50 % of its
 // limit used, or throttling, through every request for splitAfter) splits
 // at the median of its recent keys, up to maxParts ranges. Sequential keys
 // keep landing in the last range, so they stay capped at one range's limit

@@ -87,7 +87,7 @@ type SimConfig struct {
 	// range refuses is answered 429 alone. 0 (default): no ranges.
 	// DefaultPartitionLimit is the vendors' figure.
 	PartitionLimit int64
-	// SplitAfter is how long a range must stay hot (≥ 90 % of its limit
+	// SplitAfter is how long a range must stay hot (≥ 50 % of its limit
 	// used, or throttling, in the last second) before it splits at the
 	// median of its recent keys. Default DefaultSplitAfter.
 	SplitAfter time.Duration
