@@ -1,7 +1,15 @@
 // Package api is sluice's intake HTTP server: producers POST records of a
 // record type (see ingest.RecordType); every record of a request is
 // validated before any is produced, then all are produced durably to the
-// type's topic.
+// type's topic. api/openapi.yaml documents the routes.
+//
+// With Config.Registry set, the handler serves GET /metrics with these
+// metrics (type is a configured type's name, "" for requests naming none):
+//
+//	sluice_api_requests_total{type,code}              counter   requests answered, by HTTP status code
+//	sluice_api_records_accepted_total{type}           counter   records produced and acknowledged (202)
+//	sluice_api_request_bytes_total{type}              counter   request body bytes read
+//	sluice_api_request_duration_seconds{type}         histogram time from request to answer (seconds)
 package api
 
 import (
@@ -14,10 +22,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/ingest"
 )
@@ -44,14 +57,30 @@ type Config struct {
 	Tokens map[[32]byte][]string
 	// MaxBody is the request body limit in bytes; default DefaultMaxBody.
 	MaxBody int64
+	// Ready reports whether the queue can take writes (GET /readyz answers
+	// 503 while it returns an error); nil: always ready. It is called with
+	// a 2 s deadline.
+	Ready func(ctx context.Context) error
+	// Registry, when set, receives the API's metrics (see the package doc)
+	// and is served on GET /metrics.
+	Registry *prometheus.Registry
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
 
-// Handler serves POST /v1/records/{type} and GET /healthz.
+// Handler serves POST /v1/records/{type}, GET /healthz, GET /readyz and,
+// with a Registry, GET /metrics.
 type Handler struct {
 	cfg Config
 	mux *http.ServeMux
+	m   *apiMetrics // nil without a Registry
+}
+
+type apiMetrics struct {
+	requests *prometheus.CounterVec
+	accepted *prometheus.CounterVec
+	bytes    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
 }
 
 // New validates cfg and returns the handler.
@@ -66,7 +95,36 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	h.mux.HandleFunc("GET /readyz", h.ready)
+	if cfg.Registry != nil {
+		m := &apiMetrics{
+			requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_requests_total", Help: "Intake requests answered, by record type and HTTP status code."}, []string{"type", "code"}),
+			accepted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_records_accepted_total", Help: "Records produced and acknowledged, by record type."}, []string{"type"}),
+			bytes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_request_bytes_total", Help: "Request body bytes read, by record type."}, []string{"type"}),
+			duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_api_request_duration_seconds", Help: "Time from request to answer, in seconds.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"type"}),
+		}
+		for _, c := range []prometheus.Collector{m.requests, m.accepted, m.bytes, m.duration} {
+			if err := cfg.Registry.Register(c); err != nil {
+				return nil, fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
+			}
+		}
+		h.m = m
+		h.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	}
 	return h, nil
+}
+
+// ready answers 200 while Config.Ready succeeds, else 503 with its reason.
+func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := h.cfg.Ready(ctx); err != nil {
+			fail(w, http.StatusServiceUnavailable, "not_ready", "the queue is not reachable: "+err.Error())
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // HashToken returns the stored form of a bearer token.
@@ -114,7 +172,49 @@ func (h *Handler) allowed(r *http.Request, typ string) (ok, authed bool) {
 	return false, false
 }
 
+// statusWriter remembers the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
+	if h.m == nil {
+		h.serveRecords(w, r)
+		return
+	}
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	counted := &countingReader{ReadCloser: r.Body}
+	r.Body = counted
+	h.serveRecords(sw, r)
+	typ := r.PathValue("type")
+	if h.cfg.Types[typ] == nil {
+		typ = ""
+	}
+	h.m.requests.WithLabelValues(typ, strconv.Itoa(sw.code)).Inc()
+	h.m.bytes.WithLabelValues(typ).Add(float64(counted.n))
+	h.m.duration.WithLabelValues(typ).Observe(time.Since(start).Seconds())
+}
+
+// countingReader counts the bytes read from a request body.
+type countingReader struct {
+	io.ReadCloser
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (h *Handler) serveRecords(w http.ResponseWriter, r *http.Request) {
 	typName := r.PathValue("type")
 	ok, authed := h.allowed(r, typName)
 	if !authed {
@@ -147,9 +247,13 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "bad_body", err.Error())
 		return
 	}
-	values, err := split(ct, buf.Bytes())
+	values, lines, err := split(ct, buf.Bytes())
 	if err != nil {
 		fail(w, http.StatusBadRequest, "bad_body", err.Error())
+		return
+	}
+	if len(values) == 0 {
+		fail(w, http.StatusBadRequest, "no_records", "the body holds no records")
 		return
 	}
 	idem := r.Header.Get("Idempotency-Key")
@@ -158,12 +262,12 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	var bad []recordReason
 	for i, v := range values {
 		if err := typ.Validate(v); err != nil {
-			bad = append(bad, recordReason{Line: i + 1, Reason: err.Error()})
+			bad = append(bad, recordReason{Line: lines[i], Reason: err.Error()})
 			continue
 		}
 		id, err := recordID(v, typ.IDField, idem, i)
 		if err != nil {
-			bad = append(bad, recordReason{Line: i + 1, Reason: err.Error()})
+			bad = append(bad, recordReason{Line: lines[i], Reason: err.Error()})
 			continue
 		}
 		recs = append(recs, ingest.Record{ID: id, Key: []byte(id), Value: v})
@@ -179,6 +283,9 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		fail(w, http.StatusServiceUnavailable, "unavailable", "the queue cannot take the write; retry")
 		return
+	}
+	if h.m != nil {
+		h.m.accepted.WithLabelValues(typName).Add(float64(len(recs)))
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"accepted": len(recs), "ids": ids})
 }
@@ -200,26 +307,26 @@ func recordID(v []byte, idField, idem string, i int) (string, error) {
 	return ingest.ContentID(v), nil
 }
 
-// split returns the request's records: the elements of a JSON array, or the
-// non-blank lines of NDJSON.
-func split(ct string, body []byte) ([][]byte, error) {
+// split returns the request's records and where each was: the elements of
+// a JSON array (1-based index), or the non-blank lines of NDJSON (line
+// number).
+func split(ct string, body []byte) (values [][]byte, lines []int, err error) {
 	if ct == "application/json" {
 		var arr []json.RawMessage
 		if err := json.Unmarshal(body, &arr); err != nil {
-			return nil, fmt.Errorf("body is not a JSON array: %w", err)
+			return nil, nil, fmt.Errorf("body is not a JSON array: %w", err)
 		}
-		out := make([][]byte, len(arr))
 		for i, a := range arr {
-			out[i] = a
+			values, lines = append(values, a), append(lines, i+1)
 		}
-		return out, nil
+		return values, lines, nil
 	}
-	var out [][]byte
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 0, 64<<10), len(body)+1)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		out = append(out, bytes.Clone(line))
+	for n := 1; sc.Scan(); n++ {
+		if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
+			values, lines = append(values, bytes.Clone(line)), append(lines, n)
+		}
 	}
-	return out, sc.Err()
+	return values, lines, sc.Err()
 }

@@ -171,8 +171,24 @@ func TestAPIRecordsOfTwoTypesDrainedByTheirWorkers(t *testing.T) {
 	w.worker("fast-worker", "fast")
 	w.worker("slow-worker", "slow")
 	w.awaitGroups()
+	require.Equal(t, http.StatusOK, w.get("/readyz").StatusCode, "the broker is reachable")
 	w.post()
 	w.check()
+	resp := w.get("/metrics")
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for typ, n := range w.records {
+		require.Contains(t, string(body), fmt.Sprintf("sluice_api_records_accepted_total{type=%q} %d", typ, n))
+	}
+}
+
+// get GETs an API path; the body is closed at cleanup.
+func (w *typed) get(path string) *http.Response {
+	w.t.Helper()
+	resp, err := http.Get(w.api + path)
+	require.NoError(w.t, err)
+	w.t.Cleanup(func() { resp.Body.Close() })
+	return resp
 }
 
 // One worker serving both types: each type drains at its own pool's rate,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -160,10 +161,35 @@ func (t *RecordType) Validate(value []byte) error {
 	}
 	if t.schema != nil {
 		if err := t.schema.Validate(v); err != nil {
-			return err
+			return schemaError(err)
 		}
 	}
 	return nil
+}
+
+// schemaError says what a record violates, by JSON pointer into the record
+// ("(root)" for the record itself), without the schema's file location,
+// which a server must not reveal to its clients.
+func schemaError(err error) error {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	var msgs []string
+	for _, u := range ve.BasicOutput().Errors {
+		if u.Error == nil {
+			continue
+		}
+		at := u.InstanceLocation
+		if at == "" {
+			at = "(root)"
+		}
+		msgs = append(msgs, at+": "+u.Error.String())
+	}
+	if len(msgs) == 0 {
+		return errors.New("schema validation failed")
+	}
+	return fmt.Errorf("schema: %s", strings.Join(msgs, "; "))
 }
 
 // Processor returns the type's processing step: it validates the record

@@ -36,6 +36,15 @@ func (a Admin) CommittedOffsets(ctx context.Context, group, topic string) (map[i
 	return CommittedOffsets(ctx, a.Brokers, group, topic)
 }
 
+// Ping asks the brokers for the cluster's metadata: nil when one answers
+// within the admin timeout (readiness).
+func (a Admin) Ping(ctx context.Context) error {
+	return withClient(ctx, a.Brokers, func(ctx context.Context, c *kafka.Client) error {
+		_, err := c.Metadata(ctx, &kafka.MetadataRequest{})
+		return err
+	})
+}
+
 // withClient runs fn with a kafka-go client of its own, closing its
 // connections afterwards. Each call is bounded by adminTimeout.
 func withClient(ctx context.Context, brokers []string, fn func(context.Context, *kafka.Client) error) error {

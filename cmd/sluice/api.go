@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicehq/sluice/api"
@@ -52,10 +53,16 @@ func apiCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "api",
 		Usage: "serve the intake API: POST /v1/records/{type} produces records to their type's topic",
+		Description: "Validates every record of a request against its type before producing any, then\n" +
+			"produces them all to the type's topic (created when missing) and answers 202.\n" +
+			"GET /healthz, GET /readyz (Kafka reachable) and GET /metrics are served beside it;\n" +
+			"api/openapi.yaml documents every route and status. On SIGTERM it stops accepting\n" +
+			"and lets in-flight requests finish (30 s at most).",
 		Flags: concat(inCategory(catConnect, stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`")), []cli.Flag{
 			stringFlag("listen", "127.0.0.1:8080", "listen `address`"),
 			stringFlag("tokens-file", "", "bearer tokens `FILE`: \"TOKEN TYPE[,TYPE...]\" per line (also SLUICE_API_TOKEN, all types)"),
 			&cli.Int64Flag{Name: "max-body", Value: api.DefaultMaxBody, Usage: "request body limit in `bytes`", EnvVars: []string{"SLUICE_MAX_BODY"}},
+			topicPartitionsFlag(),
 		}, typeFlags()[:1], logFlags()),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
@@ -74,12 +81,21 @@ func apiCommand() *cli.Command {
 			if err != nil {
 				return usageError(err)
 			}
-			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: splitList(c.String("brokers"))})
+			brokers := splitList(c.String("brokers"))
+			for _, t := range types {
+				if err := ensureTopics(c.Context, brokers, t.Topic, c.Int("topic-partitions")); err != nil {
+					return err
+				}
+			}
+			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers})
 			if err != nil {
 				return err
 			}
 			defer producer.Close()
-			h, err := api.New(api.Config{Types: types, Producer: producer, Tokens: tokens, MaxBody: c.Int64("max-body"), Logger: log})
+			h, err := api.New(api.Config{
+				Types: types, Producer: producer, Tokens: tokens, MaxBody: c.Int64("max-body"), Logger: log,
+				Ready: queue.Admin{Brokers: brokers}.Ping, Registry: prometheus.NewRegistry(),
+			})
 			if err != nil {
 				return err
 			}
