@@ -112,7 +112,7 @@ func bulkLoadCommand() *cli.Command {
 			"unless --brokers, --redis-addr or --sink are given.",
 		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), []cli.Flag{
 			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods); 0: only produce, and wait for worker pods of the group to drain"),
-			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what is not given (nothing to install)"),
+			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what no flag gives, a record type's sink included (nothing to install)"),
 			stringFlag("format", "", "input format: csv or ndjson (default: from the extension)"),
 			stringFlag("order", "file", "produce order: file, or interleave (consecutive records from different key ranges of the sink key, so a range-partitioned sink is not written at one end)"),
 			topicPartitionsFlag(),

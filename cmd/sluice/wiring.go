@@ -29,12 +29,11 @@ type settings struct {
 	pool      lease.Pool
 	reserved  int
 	pricing   ingest.Pricing
-	processor ingest.Processor                    // the --type's validation and enrichment; nil without --type
+	processor ingest.Processor                    // the --type's validation and enrichment, then the sink key rule; nil without either
 	sinkKeyOf func(ingest.Record) (string, error) // the sink key rule applied to a record; nil without a rule
 
 	topic, group, idField        string
 	typeName                     string // the --type, "" without
-	sinkGiven                    bool   // --sink was given (not taken from the type)
 	slice, guard, requestTimeout time.Duration
 	grace                        time.Duration
 	batch, concurrency           int
@@ -122,7 +121,6 @@ func settingsFor(cc *cli.Context, t *ingest.RecordType) (settings, error) {
 		concurrency:    c.Int("concurrency"),
 		maxInFlight:    c.Int("max-in-flight"),
 		maxAttempts:    c.Int("max-attempts"),
-		sinkGiven:      cc.IsSet("sink"),
 	}
 	if s.group == "" {
 		s.group = "sluice-" + s.topic
