@@ -398,8 +398,10 @@ func (s *Sim) parse(i int, raw json.RawMessage) incoming {
 }
 
 // admitBatch decides every record of one request at one instant, in order:
-// a rejected record is answered 400; once a record is throttled every later
-// valid record is too (records are admitted in order while capacity lasts);
+// a rejected record is answered 400; a record its key range refuses is
+// throttled alone; once capacity throttles a record every later valid
+// record is throttled too (records are admitted in order while capacity
+// lasts);
 // otherwise an injected failure (503, not charged), else the record is
 // charged and stored (201) or found a duplicate (200). wait is the time
 // until the first throttled record would fit, 0 if none was throttled.

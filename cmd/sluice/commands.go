@@ -303,7 +303,9 @@ func sinkSimCommand() *cli.Command {
 		Description: "Serves POST /v1/records (a JSON array of {id, cost, value}), enforces --capacity\n" +
 			"units/s, answers 429 with Retry-After when over it, dedupes by record ID, and serves\n" +
 			"GET /v1/stats: accepted, throttled, duplicates and the most units accepted in any\n" +
-			"sliding 1 s and 200 ms window.",
+			"sliding 1 s and 200 ms window. With --partition-limit it also keeps keys in\n" +
+			"lexicographic ranges with their own ops/s limit that split when hot, like a\n" +
+			"range-partitioned store, and reports each range.",
 		Flags:        concat([]cli.Flag{stringFlag("listen", "127.0.0.1:8088", "`address` to serve on"), stringFlag("unit", "records", "records, bytes or cost")}, simFlags(""), logFlags()),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
