@@ -23,8 +23,9 @@
 // id is the idempotency key (a non-empty string); cost is the units the
 // record is charged, an integer ≥ 1 (absent: 1, or len(value) when the sink
 // counts bytes); value is the payload, which the emulator requires to be a
-// JSON object. The answer always carries one result per array element, in
-// order:
+// JSON object; an optional key is the record's sink key (the key a
+// range-partitioned store orders it by; absent: the id). The answer always
+// carries one result per array element, in order:
 //
 //	{"results": [{"id": "nc75191211", "status": 201}, {"id": "x", "status": 400, "error": "missing required field \"mag\""}]}
 //
@@ -36,8 +37,11 @@
 // are charged; their result carries "charge", the units charged, and every
 // answer carries x-ms-request-charge, the request's total (as Cosmos DB
 // reports RU). The emulator charges the record's cost, or, with
-// SimConfig.Charge, its own rule (e.g. 20 % above the client's estimate). Records are admitted in order while capacity lasts: after
-// the first throttled record every later valid record is throttled too.
+// SimConfig.Charge, its own rule (e.g. 20 % above the client's estimate).
+// Records are admitted in order while capacity lasts: after the first
+// record throttled for capacity every later valid record is throttled too.
+// With SimConfig.PartitionLimit a record whose key range is at its limit is
+// throttled alone.
 //
 // The HTTP status is 200 when every record was stored or a duplicate (an
 // empty array included), 429 when every record was throttled, 207 (Multi-
