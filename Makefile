@@ -43,7 +43,7 @@ e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here
 		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; exit $$rc
 
 .PHONY: bench
-bench: ## benchmark scenarios 1-8 beside the alternatives (embedded Kafka and Redis, about 13 min); writes bench/results.json and bench/*.png
+bench: ## benchmark scenarios 1-8 beside the alternatives (embedded Kafka and Redis, about 18 min); writes bench/results.json and bench/*.png
 	$(GO) run ./cmd/sluice-bench --out bench
 
 .PHONY: bench-api
