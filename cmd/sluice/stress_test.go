@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,7 +13,7 @@ import (
 // sluice stress against sink-sim's range partitions finds the partition
 // limit within 10 %, and exits 4 when it is below the target.
 func TestStressCommandFindsThePartitionLimit(t *testing.T) {
-	sim, url := startSim(t, sink.SimConfig{Capacity: 50_000, PartitionLimit: 300})
+	sim, url := startSim(t, sink.SimConfig{Capacity: 50_000, PartitionLimit: 300, SplitAfter: time.Hour})
 	code, stdout, stderr := runCLI(t, "stress", "--sink", url, "--start", "200", "--step", "25", "--step-every", "1s",
 		"--target", "1000", "--json")
 	require.Equal(t, exitBelowTarget, code, stderr)

@@ -10,7 +10,8 @@ import (
 )
 
 // parseWorker runs the worker command's flag parsing on args and returns
-// what workerSettings makes of them.
+// what workerSettings makes of them. Tests that run a cli app are not
+// parallel: urfave/cli's help flag is a package variable every app sets.
 func parseWorker(t *testing.T, args ...string) ([]settings, error) {
 	t.Helper()
 	var got []settings
@@ -26,7 +27,6 @@ func parseWorker(t *testing.T, args ...string) ([]settings, error) {
 }
 
 func TestWorkerServesSeveralTypesEachInItsPool(t *testing.T) {
-	t.Parallel()
 	all, err := parseWorker(t, "--types", "../../examples/types.yaml", "--type", "earthquake,earthquake-backfill", "--group", "g")
 	require.NoError(t, err)
 	require.Len(t, all, 2)
@@ -44,7 +44,6 @@ func TestWorkerServesSeveralTypesEachInItsPool(t *testing.T) {
 }
 
 func TestWorkerTypeErrorsNameTheFlag(t *testing.T) {
-	t.Parallel()
 	types := "../../examples/types.yaml"
 	tests := []struct {
 		name    string
@@ -57,15 +56,13 @@ func TestWorkerTypeErrorsNameTheFlag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := parseWorker(t, tt.args...)
+					_, err := parseWorker(t, tt.args...)
 			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
 }
 
 func TestOneTypeFlagsOverrideTheType(t *testing.T) {
-	t.Parallel()
 	all, err := parseWorker(t, "--types", "../../examples/types.yaml", "--type", "earthquake", "--capacity", "42", "--topic", "mine")
 	require.NoError(t, err)
 	require.Len(t, all, 1)
@@ -76,7 +73,6 @@ func TestOneTypeFlagsOverrideTheType(t *testing.T) {
 }
 
 func TestSinkKeyFlagsAndTypeRule(t *testing.T) {
-	t.Parallel()
 	all, err := parseWorker(t, "--capacity", "10", "--sink-key", "{time}/{id}", "--sink-key-strategy", "shard:16")
 	require.NoError(t, err)
 	out, err := all[0].processor.Process(ingest.Record{ID: "a", Value: []byte(`{"id":"a","time":"t1"}`)})
