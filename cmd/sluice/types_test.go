@@ -56,7 +56,7 @@ func TestWorkerTypeErrorsNameTheFlag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-					_, err := parseWorker(t, tt.args...)
+			_, err := parseWorker(t, tt.args...)
 			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
