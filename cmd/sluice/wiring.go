@@ -237,12 +237,17 @@ type shared struct {
 // leases at once and fetch once start is closed; a pod's (start nil) lease
 // on demand. Stopping it stops fetching, drains,
 // commits, then releases the leases.
-func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerID string, start <-chan struct{}) (ingest.Runner, *lease.Manager, error) {
+func workerStack(s settings, clients []redis.UniversalClient, sh shared, workerID string, start <-chan struct{}) (_ ingest.Runner, _ *lease.Manager, err error) {
 	log := s.log.With("worker", workerID)
 	src, err := queue.NewSource(queue.SourceConfig{Brokers: s.brokers, Topic: s.topic, Group: s.group, MaxWait: 50 * time.Millisecond, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
+	defer func() {
+		if err != nil {
+			_ = src.Close() // its reader's goroutines would outlive the command
+		}
+	}()
 	mgr, err := lease.New(lease.Config{
 		Pool: s.pool, WorkerID: workerID, RequestTimeout: s.requestTimeout, Slice: s.slice, Logger: log, Reserved: s.reserved,
 	}, clients...)
