@@ -289,8 +289,13 @@ func (p *Pacer) openSlice(now time.Time, want int64, deadline time.Time) (budget
 		}
 		// Worth waiting for once a full slice fits (to within rounding):
 		// the bucket keeps filling while we wait, so "not short of the
-		// bucket" may never come within the deadline.
-		if b, short := p.budgetAt(leaves, now, r, want); !short || float64(b) >= r*p.slice.Seconds()-1 {
+		// bucket" may never come within the deadline. Worth waiting for
+		// too when the wait gains half a slice or more: budgets are
+		// floored to whole units, so the slice freed by a spend that
+		// leaves a millisecond from now can be a unit or two short of
+		// r × Slice (at 2000/3 units/s, 131 or 132 of 133.3) while the
+		// budget now is nearly nothing; not waiting would lose the slice.
+		if b, short := p.budgetAt(leaves, now, r, want); !short || float64(b) >= r*p.slice.Seconds()-1 || float64(b-budget) >= r*p.slice.Seconds()/2 {
 			return 0, leaves
 		}
 	}
