@@ -73,7 +73,7 @@ func runWorker(c *cli.Context) error {
 			return err
 		}
 		if sinks[s.sinkURL] == nil {
-			opened, err := sink.Open(c.Context, s.sinkURL, sinkOptions(c, s))
+			opened, err := sink.Open(c.Context, s.sinkURL, sinkOptions(c, s.log, s.requestTimeout))
 			if err != nil {
 				return err
 			}
@@ -91,7 +91,7 @@ func runWorker(c *cli.Context) error {
 		stacks = append(stacks, stack)
 		s.log.Info("worker started", "type", s.typeName, "topic", s.topic, "group", s.group, "pool", s.pool.Name)
 	}
-	return withMetrics(c.Context, c.String("metrics-addr"), reg, all[0].brokers, all[0].topic, func(ctx context.Context) error {
+	return withMetrics(c.Context, c.String("metrics-addr"), reg, all[0].brokers, func(ctx context.Context) error {
 		g, ctx := errgroup.WithContext(ctx)
 		for _, stack := range stacks {
 			g.Go(func() error { return stack.Run(ctx) })
@@ -168,7 +168,7 @@ func bulkLoad(c *cli.Context) error {
 	if err := ensureTopics(ctx, s.brokers, s.topic, max(c.Int("topic-partitions"), workers)); err != nil {
 		return err
 	}
-	httpSink, err := sink.Open(ctx, s.sinkURL, sinkOptions(c, s))
+	httpSink, err := sink.Open(ctx, s.sinkURL, sinkOptions(c, s.log, s.requestTimeout))
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func bulkLoad(c *cli.Context) error {
 		return err
 	}
 	var summary ingest.Summary
-	err = withMetrics(ctx, c.String("metrics-addr"), reg, s.brokers, s.topic, func(ctx context.Context) (err error) {
+	err = withMetrics(ctx, c.String("metrics-addr"), reg, s.brokers, func(ctx context.Context) (err error) {
 		summary, err = load.Run(ctx)
 		return err
 	})
@@ -388,9 +388,7 @@ func poolCommand() *cli.Command {
 					return err
 				}
 				if c.Bool("json") {
-					enc := json.NewEncoder(c.App.Writer)
-					enc.SetIndent("", "  ")
-					return enc.Encode(st)
+					return printJSON(c, st)
 				}
 				_, err = fmt.Fprint(c.App.Writer, strings.TrimLeft(st.String(), "\n"))
 				return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -130,6 +131,13 @@ func simFlags(prefix string) []cli.Flag {
 		durationFlag(prefix+"split-after", sink.DefaultSplitAfter, "range partitions: a range hot this long splits at the median of its recent keys (stands in for a store's few minutes)"),
 		intFlag(prefix+"max-partitions", sink.DefaultMaxPartitions, "range partitions: the most ranges"),
 	)
+}
+
+// printJSON writes v to the command's output as indented JSON (--json).
+func printJSON(c *cli.Context, v any) error {
+	enc := json.NewEncoder(c.App.Writer)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func concat(groups ...[]cli.Flag) []cli.Flag {

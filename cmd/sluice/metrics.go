@@ -31,8 +31,8 @@ func newMetrics(c *cli.Context) (*prometheus.Registry, *metrics.Collector, error
 }
 
 // withMetrics runs run and, when reg is set, the metrics server on addr
-// beside it, stopped after run returned. Ready means Kafka answers.
-func withMetrics(ctx context.Context, addr string, reg *prometheus.Registry, brokers []string, topic string, run func(context.Context) error) error {
+// beside it, stopped after run returned. Ready means a broker answers.
+func withMetrics(ctx context.Context, addr string, reg *prometheus.Registry, brokers []string, run func(context.Context) error) error {
 	if reg == nil {
 		return run(ctx)
 	}
@@ -43,10 +43,7 @@ func withMetrics(ctx context.Context, addr string, reg *prometheus.Registry, bro
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan error, 1)
 	go func() {
-		served <- metrics.Serve(sctx, ln, reg, func(ctx context.Context) error {
-			_, err := queue.Admin{Brokers: brokers}.EndOffsets(ctx, topic)
-			return err
-		})
+		served <- metrics.Serve(sctx, ln, reg, queue.Admin{Brokers: brokers}.Ping)
 	}()
 	err = run(ctx)
 	stop()

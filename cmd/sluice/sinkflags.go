@@ -1,6 +1,9 @@
 package main
 
 import (
+	"log/slog"
+	"time"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicehq/sluice/sink"
@@ -22,10 +25,11 @@ func sinkFlags() []cli.Flag {
 	)
 }
 
-// sinkOptions builds sink.Open's config from the sink flags.
-func sinkOptions(c *cli.Context, s settings) sink.OpenConfig {
+// sinkOptions builds sink.Open's config from the sink flags, with the
+// request timeout and the logger of the command.
+func sinkOptions(c *cli.Context, log *slog.Logger, timeout time.Duration) sink.OpenConfig {
 	return sink.OpenConfig{
-		Timeout:            s.requestTimeout,
+		Timeout:            timeout,
 		StatementTimeout:   c.Duration("sink-statement-timeout"),
 		MaxConns:           c.Int("sink-max-conns"),
 		AccountKeyFile:     c.String("azure-account-key-file"),
@@ -33,6 +37,6 @@ func sinkOptions(c *cli.Context, s settings) sink.OpenConfig {
 		NDJSON:             c.Bool("sink-ndjson"),
 		CAFile:             c.String("sink-ca-file"),
 		InsecureSkipVerify: c.Bool("sink-insecure-skip-verify"),
-		Logger:             s.log,
+		Logger:             log,
 	}
 }

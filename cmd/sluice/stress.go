@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -46,7 +45,7 @@ func stressCommand() *cli.Command {
 			if err := sink.CheckURL(c.String("sink")); err != nil {
 				return usageError(err)
 			}
-			target, err := sink.Open(c.Context, c.String("sink"), sinkOptions(c, settings{log: log, requestTimeout: c.Duration("request-timeout")}))
+			target, err := sink.Open(c.Context, c.String("sink"), sinkOptions(c, log, c.Duration("request-timeout")))
 			if err != nil {
 				return err
 			}
@@ -60,9 +59,7 @@ func stressCommand() *cli.Command {
 				return usageError(err)
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				if jerr := enc.Encode(rep); jerr != nil {
+				if jerr := printJSON(c, rep); jerr != nil {
 					return jerr
 				}
 			} else {
