@@ -21,12 +21,11 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 )
 
-// Limits of an entity-group transaction, from "Performing entity group
-// transactions" in the Azure Table Storage REST reference: at most 100
-// operations and 4 MiB of payload, all on one PartitionKey.
+// An entity-group transaction holds at most ingest.DefaultBatchOps (100)
+// operations and ingest.DefaultBatchBytes (4 MiB), all on one PartitionKey
+// ("Performing entity group transactions", Azure Table Storage REST
+// reference).
 const (
-	azureMaxOps   = 100
-	azureMaxBytes = 4 << 20
 	// azureOpOverhead is what one operation adds to the multipart body
 	// besides its entity (boundary, request line and headers), rounded up.
 	azureOpOverhead = 1 << 10
@@ -113,8 +112,8 @@ func NewAzureTables(ctx context.Context, cfg AzureTablesConfig) (*AzureTablesSin
 		return nil, fmt.Errorf("%w: table %q: want 3-63 letters and digits, not starting with a digit", ErrAzureConfig, cfg.Table)
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("%w: timeout %v is negative", ErrAzureConfig, cfg.Timeout)
-	case cfg.Batch.MaxOps < 0 || cfg.Batch.MaxOps > azureMaxOps || cfg.Batch.MaxBytes < 0 || cfg.Batch.MaxBytes > azureMaxBytes:
-		return nil, fmt.Errorf("%w: batch limits %d operations, %d bytes: want 1..%d and 1..%d", ErrAzureConfig, cfg.Batch.MaxOps, cfg.Batch.MaxBytes, azureMaxOps, azureMaxBytes)
+	case cfg.Batch.MaxOps < 0 || cfg.Batch.MaxOps > ingest.DefaultBatchOps || cfg.Batch.MaxBytes < 0 || cfg.Batch.MaxBytes > ingest.DefaultBatchBytes:
+		return nil, fmt.Errorf("%w: batch limits %d operations, %d bytes: want 1..%d and 1..%d", ErrAzureConfig, cfg.Batch.MaxOps, cfg.Batch.MaxBytes, ingest.DefaultBatchOps, ingest.DefaultBatchBytes)
 	}
 	cred, err := aztables.NewSharedKeyCredential(cfg.Account, cfg.Key)
 	if err != nil {
@@ -140,7 +139,7 @@ func NewAzureTables(ctx context.Context, cfg AzureTablesConfig) (*AzureTablesSin
 		client:    svc.NewClient(cfg.Table),
 		transport: transport,
 		timeout:   cmp.Or(cfg.Timeout, DefaultTimeout),
-		batch:     ingest.BatchLimits{MaxOps: cmp.Or(cfg.Batch.MaxOps, azureMaxOps), MaxBytes: cmp.Or(cfg.Batch.MaxBytes, azureMaxBytes)},
+		batch:     cfg.Batch, // GroupBatches takes the maxima for zero fields
 		log:       cmp.Or(cfg.Logger, slog.Default()),
 	}, nil
 }
