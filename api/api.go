@@ -1,5 +1,5 @@
 // Package api is sluice's intake HTTP server: producers POST records of a
-// record type (see ingest.RecordType); every record of a request is
+// record type (see recordtype.Type); every record of a request is
 // validated before any is produced, then all are produced durably to the
 // type's topic. api/openapi.yaml documents the routes.
 //
@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/recordtype"
 )
 
 // DefaultMaxBody is the default request body limit, in bytes (8 MiB).
@@ -49,7 +50,7 @@ type Producer interface {
 // Config configures the handler.
 type Config struct {
 	// Types are the record types accepted, by name. Required.
-	Types map[string]*ingest.RecordType
+	Types map[string]*recordtype.Type
 	// Producer takes the accepted records. Required.
 	Producer Producer
 	// Tokens maps the SHA-256 of each bearer token to the type names it may

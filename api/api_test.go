@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/recordtype"
 )
 
 type fakeProducer struct {
@@ -35,7 +36,7 @@ func (f *fakeProducer) Produce(_ context.Context, _ string, recs []ingest.Record
 
 func newTestHandler(t *testing.T, p Producer) *Handler {
 	t.Helper()
-	types, err := ingest.LoadTypes(filepath.Join("..", "examples", "types.yaml"))
+	types, err := recordtype.Load(filepath.Join("..", "examples", "types.yaml"))
 	require.NoError(t, err)
 	h, err := New(Config{Types: types, Producer: p, MaxBody: 1 << 20, Tokens: map[[32]byte][]string{
 		HashToken("good"): {"earthquake"}, HashToken("other"): {"nothing"}}})

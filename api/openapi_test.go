@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/recordtype"
 )
 
 func init() {
@@ -41,7 +41,7 @@ func TestOpenAPIDocumentMatchesTheHandler(t *testing.T) {
 	router, err := gorillamux.NewRouter(doc)
 	require.NoError(t, err)
 
-	types, err := ingest.LoadTypes(filepath.Join("..", "examples", "types.yaml"))
+	types, err := recordtype.Load(filepath.Join("..", "examples", "types.yaml"))
 	require.NoError(t, err)
 	handler := func(prodErr, readyErr error) http.Handler {
 		h, err := New(Config{

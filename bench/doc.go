@@ -1,7 +1,7 @@
 // Package bench is sluice's benchmark harness: the seven scenarios of the
 // design's "How we measure" section, and an eighth on write hotspots (sink
 // key strategies against a range-partitioned emulator), each run against the same sink
-// emulator (sink.Sim, served over HTTP on 127.0.0.1) on the same Kafka data,
+// emulator (sinksim.Sim, served over HTTP on 127.0.0.1) on the same Kafka data,
 // with the alternatives measured in the same run beside sluice:
 //
 //   - naive: retry-on-error with no client-side limit (the project's retry

@@ -17,7 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/queue"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // env is the services one benchmark run uses: Kafka, Redis and a place to
@@ -160,14 +160,14 @@ func smallRecord(prefix string) func(i int) ingest.Record {
 
 // simServer is a sink emulator served over HTTP on 127.0.0.1.
 type simServer struct {
-	sim  *sink.Sim
+	sim  *sinksim.Sim
 	url  string
 	stop func()
 }
 
 // startSim serves a fresh emulator; stop it with stop.
-func startSim(ctx context.Context, cfg sink.SimConfig) (*simServer, error) {
-	sim, err := sink.NewSim(cfg)
+func startSim(ctx context.Context, cfg sinksim.Config) (*simServer, error) {
+	sim, err := sinksim.New(cfg)
 	if err != nil {
 		return nil, err
 	}

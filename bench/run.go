@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // Config configures a benchmark run.
@@ -101,9 +102,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	started := time.Now()
 	rep := &Report{Machine: machine(), GoVersion: runtime.Version(), Commit: gitCommit(), Started: started.UTC().Format(time.RFC3339)}
-	rep.Services = "embedded: kfake (Kafka protocol), miniredis (ClockTTL); sink: in-process sink.Sim over HTTP"
+	rep.Services = "embedded: kfake (Kafka protocol), miniredis (ClockTTL); sink: in-process sinksim.Sim over HTTP"
 	if cfg.Real {
-		rep.Services = fmt.Sprintf("real: Kafka %s, Redis %s; sink: in-process sink.Sim over HTTP", strings.Join(cfg.Brokers, ","), cfg.RedisAddr)
+		rep.Services = fmt.Sprintf("real: Kafka %s, Redis %s; sink: in-process sinksim.Sim over HTTP", strings.Join(cfg.Brokers, ","), cfg.RedisAddr)
 	}
 	fmt.Fprintf(cfg.Stdout, "## sluice benchmarks\n\nmachine: %s, %d cores, %s; %s; commit %s; %s\n\n",
 		rep.Machine.CPU, rep.Machine.Cores, rep.Machine.OS, rep.GoVersion, rep.Commit, rep.Services)
@@ -165,7 +166,7 @@ type build func(url string, epoch time.Time) (members []member, start chan struc
 
 // trial serves a fresh emulator, builds the members and runs them to
 // completion.
-func (r *runner) trial(ctx context.Context, simCfg sink.SimConfig, timeout time.Duration, b build) (trial, error) {
+func (r *runner) trial(ctx context.Context, simCfg sinksim.Config, timeout time.Duration, b build) (trial, error) {
 	sim, err := startSim(ctx, simCfg)
 	if err != nil {
 		return trial{}, err

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/ingest"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // scenario1 is the pattern's own example: 10,000 records of 10 RU into a
@@ -24,7 +24,7 @@ func (r *runner) scenario1(ctx context.Context) ([]Scenario, error) {
 		return nil, err
 	}
 	pricing := ingest.Pricing{Unit: ingest.UnitCost, PerRecord: cost}
-	simCfg := sink.SimConfig{Capacity: capacity, Unit: ingest.UnitCost}
+	simCfg := sinksim.Config{Capacity: capacity, Unit: ingest.UnitCost}
 	specs := []workerSpec{{topic: topic, records: records}}
 	p := pool{capacity: capacity, unit: ingest.UnitCost, partitions: 20}
 	sc := Scenario{ID: "1", Title: "Naive retry vs rate limiting: 10,000 records × 10 RU into 20,000 RU/s",

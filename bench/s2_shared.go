@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ingest"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // scenario2 is two uncoordinated processors sharing one service: 500
@@ -28,7 +28,7 @@ func (r *runner) scenario2(ctx context.Context) ([]Scenario, error) {
 		specs = append(specs, workerSpec{topic: topic, records: n})
 	}
 	pricing := ingest.Pricing{Unit: ingest.UnitRecords}
-	simCfg := sink.SimConfig{Capacity: capacity, Unit: ingest.UnitRecords}
+	simCfg := sinksim.Config{Capacity: capacity, Unit: ingest.UnitRecords}
 	p := pool{capacity: capacity, unit: ingest.UnitRecords, partitions: 20, ttl: 15 * time.Second}
 	sc := Scenario{ID: "2", Title: "Uncoordinated processors sharing 500 records/s (20 partitions of 25, 15 s leases): A 10,000 + B 5,000 records",
 		Notes: []string{

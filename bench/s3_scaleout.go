@@ -8,7 +8,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 
 	"github.com/sluicehq/sluice/ingest"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // The scale-out setups of scenarios 3 and 4: 2,000 records/s, 20
@@ -54,7 +54,7 @@ func (s *scaleSetup) ideal() time.Duration {
 // its entry; the first repetition's series goes to chart.
 func (r *runner) scaleEntry(ctx context.Context, s *scaleSetup, alt, chart string, b func() build) (Entry, error) {
 	ideal := s.ideal()
-	simCfg := sink.SimConfig{Capacity: scaleCapacity, Unit: ingest.UnitRecords}
+	simCfg := sinksim.Config{Capacity: scaleCapacity, Unit: ingest.UnitRecords}
 	var reps []Entry
 	for i := range r.repsFor(ideal) {
 		t, err := r.trial(ctx, simCfg, 3*ideal+30*time.Second, b())

@@ -9,7 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sluicehq/sluice/ingest"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // scenario5 is overhead: with an unthrottled sink, sluice's pipeline
@@ -27,7 +27,7 @@ func (r *runner) scenario5(ctx context.Context) ([]Scenario, error) {
 		return nil, err
 	}
 	r.log.Info("produced", "topic", topic, "records", n, "seconds", time.Since(t0).Seconds())
-	const unthrottled = sink.MaxCapacity
+	const unthrottled = sinksim.MaxCapacity
 	spec := workerSpec{topic: topic, records: n}
 	sc := Scenario{ID: "5", Title: fmt.Sprintf("Overhead: %d records of 1 KiB, unthrottled sink", n),
 		Notes: []string{
@@ -47,7 +47,7 @@ func (r *runner) scenario5(ctx context.Context) ([]Scenario, error) {
 		}
 		rawRate = append(rawRate, rate)
 		p := pool{capacity: unthrottled, unit: ingest.UnitRecords, partitions: 20}
-		t, err := r.trial(ctx, sink.SimConfig{Capacity: unthrottled}, 5*time.Minute, r.sluiceMembers(ctx, r.withGroups([]workerSpec{spec}), p, ingest.Pricing{}))
+		t, err := r.trial(ctx, sinksim.Config{Capacity: unthrottled}, 5*time.Minute, r.sluiceMembers(ctx, r.withGroups([]workerSpec{spec}), p, ingest.Pricing{}))
 		if err != nil {
 			return nil, fmt.Errorf("sluice: %w", err)
 		}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ingest"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // scenario6 is memory: the peak RSS (VmHWM) of a `sluice worker` process
@@ -63,7 +63,7 @@ func (r *runner) scenario6(ctx context.Context) ([]Scenario, error) {
 // memoryRun runs a worker process on topic for runFor and returns its peak
 // RSS and the records the sink accepted.
 func (r *runner) memoryRun(ctx context.Context, topic string, capacity float64, runFor time.Duration) (int64, int64, error) {
-	sim, err := startSim(ctx, sink.SimConfig{Capacity: int64(capacity)})
+	sim, err := startSim(ctx, sinksim.Config{Capacity: int64(capacity)})
 	if err != nil {
 		return 0, 0, err
 	}

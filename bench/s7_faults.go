@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // Scenario 7's pool: 2,000 records/s in 20 partitions, 15 s leases, two
@@ -79,7 +79,7 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error
 }
 
 func (r *runner) reactionRun(ctx context.Context, specs []workerSpec, p pool) (Entry, error) {
-	sim, err := startSim(ctx, sink.SimConfig{Capacity: faultCapacity})
+	sim, err := startSim(ctx, sinksim.Config{Capacity: faultCapacity})
 	if err != nil {
 		return Entry{}, err
 	}
@@ -138,7 +138,7 @@ func (r *runner) reactionRun(ctx context.Context, specs []workerSpec, p pool) (E
 }
 
 func (r *runner) reclaimRun(ctx context.Context, specs []workerSpec, p pool, chart bool) (Entry, error) {
-	sim, err := startSim(ctx, sink.SimConfig{Capacity: faultCapacity})
+	sim, err := startSim(ctx, sinksim.Config{Capacity: faultCapacity})
 	if err != nil {
 		return Entry{}, err
 	}

@@ -10,8 +10,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/recordtype"
 	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // usgsPath is the real input, relative to the repository root (where make
@@ -22,7 +25,7 @@ const usgsPath = "testdata/usgs-earthquakes-2025-05.csv"
 // copied as often as needed: copy k has its IDs suffixed "-k" and its times
 // shifted by k × 31 days, so "time" keeps growing as in a live feed.
 func usgsReplicated(n int) ([]ingest.Record, error) {
-	f, err := ingest.OpenFile(usgsPath, "csv", "id")
+	f, err := bulkload.OpenFile(usgsPath, "csv", "id")
 	if err != nil {
 		return nil, fmt.Errorf("%w (run the benchmarks from the repository root)", err)
 	}
@@ -78,7 +81,7 @@ func (r *runner) scenario8(ctx context.Context) ([]Scenario, error) {
 	const (
 		records        = 100_000
 		capacity       = 10_000
-		partitionLimit = sink.DefaultPartitionLimit
+		partitionLimit = sinksim.DefaultPartitionLimit
 		template       = "{time}/{id}"
 	)
 	ideal := secs(float64(records) / capacity)
@@ -90,11 +93,11 @@ func (r *runner) scenario8(ctx context.Context) ([]Scenario, error) {
 	if err := r.env.produce(ctx, ordered, 8, records, func(i int) ingest.Record { return recs[i] }); err != nil {
 		return nil, err
 	}
-	none, err := ingest.NewSinkKey(template, "none")
+	none, err := recordtype.NewSinkKey(template, "none")
 	if err != nil {
 		return nil, err
 	}
-	rows, err := ingest.Interleave(&recordRows{recs: recs}, func(rec ingest.Record) (string, error) { return none.Key(rec.Value) }, 0)
+	rows, err := bulkload.Interleave(&recordRows{recs: recs}, func(rec ingest.Record) (string, error) { return none.Key(rec.Value) }, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +110,7 @@ func (r *runner) scenario8(ctx context.Context) ([]Scenario, error) {
 		return nil, err
 	}
 
-	simCfg := sink.SimConfig{Capacity: capacity, Unit: ingest.UnitRecords, PartitionLimit: partitionLimit, SplitAfter: sink.DefaultSplitAfter, MaxPartitions: sink.DefaultMaxPartitions}
+	simCfg := sinksim.Config{Capacity: capacity, Unit: ingest.UnitRecords, PartitionLimit: partitionLimit, SplitAfter: sinksim.DefaultSplitAfter, MaxPartitions: sinksim.DefaultMaxPartitions}
 	p := pool{capacity: capacity, unit: ingest.UnitRecords, partitions: 20}
 	sc := Scenario{ID: "8", Title: "Hotspots: 100,000 USGS records at 10,000 records/s into 2,000 ops/s key ranges, by sink key strategy",
 		Notes: []string{
@@ -125,7 +128,7 @@ func (r *runner) scenario8(ctx context.Context) ([]Scenario, error) {
 		{"none, interleaved", "none", interleaved},
 	}
 	for _, run := range runs {
-		sk, err := ingest.NewSinkKey(template, run.strategy)
+		sk, err := recordtype.NewSinkKey(template, run.strategy)
 		if err != nil {
 			return nil, err
 		}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -119,7 +119,7 @@ type batch struct {
 
 // usgsBatches returns the USGS records as NDJSON bodies of n records.
 func usgsBatches(tb testing.TB, n int) []batch {
-	file, err := ingest.OpenFile(usgs, "csv", "id")
+	file, err := bulkload.OpenFile(usgs, "csv", "id")
 	require.NoError(tb, err)
 	var out []batch
 	var cur batch

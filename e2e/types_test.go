@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -104,7 +104,7 @@ func (w *typed) post() {
 }
 
 func (w *typed) postType(typ string, n int) error {
-	file, err := ingest.OpenFile(usgs, "csv", "id")
+	file, err := bulkload.OpenFile(usgs, "csv", "id")
 	if err != nil {
 		return err
 	}

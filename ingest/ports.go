@@ -223,3 +223,20 @@ type StatsSink interface {
 	Sink
 	Stats(ctx context.Context) (SinkStats, error)
 }
+
+// Producer appends records to a topic durably (acknowledged by all in-sync
+// replicas) before returning nil.
+type Producer interface {
+	Produce(ctx context.Context, topic string, recs []Record) error
+}
+
+// Offsets reads a topic's end offsets and a consumer group's committed
+// offsets, per partition ("next offset to read" semantics), and the group's
+// membership.
+type Offsets interface {
+	EndOffsets(ctx context.Context, topic string) (map[int]int64, error)
+	CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error)
+	// GroupMembers returns the group's member count and whether it is
+	// stable (not rebalancing).
+	GroupMembers(ctx context.Context, group string) (members int, stable bool, err error)
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/sink/sinktest"
 )
 
 // azuriteKey is the Azure Storage emulator's well-known development account
@@ -63,11 +64,11 @@ func openAzure(t testing.TB) *AzureTablesSink {
 
 func TestAzureTablesConformance(t *testing.T) {
 	t.Parallel()
-	conformance{
-		open:   func(t *testing.T) ingest.Sink { return openAzure(t) },
-		upsert: true,
+	sinktest.Suite{
+		Open:   func(t *testing.T) ingest.Sink { return openAzure(t) },
+		Upsert: true,
 		// A stopped server: nothing listens on the port, the transport fails.
-		retryable: func(t *testing.T, _ ingest.Sink) (ingest.Sink, []ingest.Record) {
+		Retryable: func(t *testing.T, _ ingest.Sink) (ingest.Sink, []ingest.Record) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			addr := ln.Addr().String()
@@ -83,10 +84,10 @@ func TestAzureTablesConformance(t *testing.T) {
 			return &AzureTablesSink{client: svc.NewClient("stopped"), transport: transport, timeout: DefaultTimeout}, []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`)}}
 		},
 		// A string property over Table Storage's 64 KiB limit.
-		bad: func(id string) ingest.Record {
+		Bad: func(id string) ingest.Record {
 			return ingest.Record{ID: id, Value: []byte(`{"pad":"` + strings.Repeat("x", 70<<10) + `"}`), Cost: 1}
 		},
-	}.run(t)
+	}.Run(t)
 }
 
 func TestAzureTablesKeysAndGrouping(t *testing.T) {

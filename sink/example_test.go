@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 func ExamplePolicy() {
@@ -35,7 +36,7 @@ func ExamplePolicy() {
 }
 
 func ExampleSim() {
-	sim, err := sink.NewSim(sink.SimConfig{Capacity: 2, RequiredFields: []string{"mag"}})
+	sim, err := sinksim.New(sinksim.Config{Capacity: 2, RequiredFields: []string{"mag"}})
 	if err != nil {
 		panic(err)
 	}

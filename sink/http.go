@@ -239,6 +239,12 @@ func retryAfterOf(hdr http.Header, now time.Time) time.Duration {
 	return d
 }
 
+// Close closes the sink's idle connections. It never fails.
+func (h *HTTPSink) Close() error {
+	h.client.CloseIdleConnections()
+	return nil
+}
+
 // Stats implements ingest.StatsSink: it GETs /v1/stats.
 func (h *HTTPSink) Stats(ctx context.Context) (ingest.SinkStats, error) {
 	resp, body, err := h.do(ctx, http.MethodGet, h.stats, nil, "")

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -80,9 +81,9 @@ func TestHTTPSinkEveryStatus(t *testing.T) {
 		{400, ingest.Permanent}, {401, ingest.Permanent}, {403, ingest.Permanent}, {404, ingest.Permanent},
 		{409, ingest.Permanent}, {413, ingest.Permanent}, {422, ingest.Permanent}, {501, ingest.Permanent},
 	} {
-		hs := serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hs := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, tt.code, WireResponse{Error: "nope"})
-		}), 0)
+		}))
 		res, err := hs.Write(t.Context(), []ingest.Record{{ID: "a", Value: []byte(`{}`)}, {ID: "b", Value: []byte(`{}`)}})
 		require.NoError(t, err, "HTTP %d", tt.code)
 		for _, r := range res {
@@ -95,11 +96,11 @@ func TestHTTPSinkEveryStatus(t *testing.T) {
 // A 207 answer gives each record its own fate: a partial batch failure.
 func TestHTTPSinkMultiStatus(t *testing.T) {
 	t.Parallel()
-	hs := serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	hs := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusMultiStatus, WireResponse{Results: []WireResult{
 			{ID: "a", Status: StatusStored}, {ID: "b", Status: 400, Error: "bad"}, {ID: "c", Status: 503},
 		}})
-	}), 0)
+	}))
 	res, err := hs.Write(t.Context(), []ingest.Record{{ID: "a"}, {ID: "b"}, {ID: "c"}})
 	require.NoError(t, err)
 	require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Permanent, ingest.Retryable},
@@ -108,9 +109,9 @@ func TestHTTPSinkMultiStatus(t *testing.T) {
 
 func TestHTTPSinkTLS(t *testing.T) {
 	t.Parallel()
-	sim, err := NewSim(SimConfig{Capacity: 1000})
-	require.NoError(t, err)
-	srv := httptest.NewTLSServer(sim.Handler())
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, WireResponse{Results: []WireResult{{ID: "a", Status: StatusStored}}})
+	}))
 	t.Cleanup(srv.Close)
 	batch := []ingest.Record{{ID: "a", Value: []byte(`{}`)}}
 
@@ -118,7 +119,7 @@ func TestHTTPSinkTLS(t *testing.T) {
 	require.NoError(t, err)
 	_, err = untrusted.Write(t.Context(), batch)
 	require.ErrorContains(t, err, "certificate")
-	untrusted.client.CloseIdleConnections()
+	_ = untrusted.Close()
 
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
@@ -128,7 +129,7 @@ func TestHTTPSinkTLS(t *testing.T) {
 		res, err := hs.Write(t.Context(), batch)
 		require.NoError(t, err)
 		require.NotEqual(t, ingest.Permanent, res[0].Outcome)
-		hs.client.CloseIdleConnections()
+		_ = hs.Close()
 	}
 	_, err = NewHTTP(HTTPConfig{URL: srv.URL, CAFile: filepath.Join(t.TempDir(), "missing.pem")})
 	require.ErrorContains(t, err, "CA file")
@@ -148,32 +149,61 @@ func TestReadHeaders(t *testing.T) {
 	require.NotContains(t, err.Error(), "secret", "values are never shown")
 }
 
-// BenchmarkHTTPSinkWrite measures unthrottled writes to the emulator (one
-// client, one request at a time), by batch size:
-// go test -run '^$' -bench HTTPSinkWrite ./sink/
-func BenchmarkHTTPSinkWrite(b *testing.B) {
-	for _, size := range []int{100, 500, 1000} {
-		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
-			sim, err := NewSim(SimConfig{Capacity: MaxCapacity / 10})
-			require.NoError(b, err)
-			srv := httptest.NewServer(sim.Handler())
-			b.Cleanup(srv.Close)
-			hs, err := NewHTTP(HTTPConfig{URL: srv.URL})
-			require.NoError(b, err)
-			b.Cleanup(hs.client.CloseIdleConnections)
-			value := []byte(`{"mag":2.5,"place":"10 km N of Somewhere, CA","depth":7.3,"time":"2025-05-01T00:00:00Z"}`)
-			n := 0
-			for b.Loop() {
-				batch := make([]ingest.Record, size)
-				for i := range batch {
-					n++
-					batch[i] = ingest.Record{ID: fmt.Sprintf("r%09d", n), Value: value, Cost: 1}
-				}
-				if _, err := hs.Write(b.Context(), batch); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
-		})
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// serveHandler starts an httptest server for h and an HTTPSink pointed at
+// it.
+func serveHandler(t *testing.T, h http.Handler) *HTTPSink {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	hs, err := NewHTTP(HTTPConfig{URL: srv.URL})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hs.Close() })
+	return hs
+}
+
+func TestNewHTTPValidates(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cfg  HTTPConfig
+		want string
+	}{
+		{HTTPConfig{}, "want an absolute http:// or https:// URL"},
+		{HTTPConfig{URL: "ftp://host"}, "want an absolute"},
+		{HTTPConfig{URL: "/v1"}, "want an absolute"},
+		{HTTPConfig{URL: "127.0.0.1:8088"}, `url "127.0.0.1:8088"`},
+		{HTTPConfig{URL: "http://h", Timeout: -time.Second}, "timeout -1s is negative"},
+	} {
+		_, err := NewHTTP(tt.cfg)
+		require.ErrorContains(t, err, tt.want)
 	}
+	hs, err := NewHTTP(HTTPConfig{URL: "https://example:8443/base/"})
+	require.NoError(t, err)
+	require.Equal(t, "https://example:8443/base/v1/records", hs.records)
+	require.Equal(t, DefaultTimeout, hs.timeout)
+}
+
+func TestEncodeBatch(t *testing.T) {
+	t.Parallel()
+	value := "{ \"html\": \"<b>&</b>\",\n \"n\": 1 }"
+	data := encodeBatch([]ingest.Record{
+		ingest.Record{ID: `q"uote`, Value: []byte(value), Cost: 7},
+		ingest.Record{ID: "bad", Value: []byte("{not json"), Cost: 1},
+		ingest.Record{ID: "nocost", Value: []byte(`{}`), Cost: 0},
+		ingest.Record{ID: "empty", Value: []byte(``), Cost: 1},
+	}, false)
+	var got []WireRecord
+	require.NoError(t, json.Unmarshal(data, &got), string(data))
+	require.Len(t, got, 4)
+	require.Equal(t, `q"uote`, got[0].ID)
+	require.Equal(t, int64(7), *got[0].Cost)
+	require.Equal(t, value, string(got[0].Value), "valid JSON is sent byte for byte")
+	require.Equal(t, `"{not json"`, string(got[1].Value), "invalid JSON becomes a string")
+	require.Nil(t, got[2].Cost)
+	require.Equal(t, `""`, string(got[3].Value))
 }

@@ -1,9 +1,10 @@
-package sink
+package sink_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,16 +15,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // serve starts an httptest server for h and an HTTPSink pointed at it.
-func serve(t *testing.T, h http.Handler, timeout time.Duration) *HTTPSink {
+func serve(t *testing.T, h http.Handler, timeout time.Duration) *sink.HTTPSink {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	hs, err := NewHTTP(HTTPConfig{URL: srv.URL + "/", Timeout: timeout})
+	hs, err := sink.NewHTTP(sink.HTTPConfig{URL: srv.URL + "/", Timeout: timeout})
 	require.NoError(t, err)
-	t.Cleanup(hs.client.CloseIdleConnections)
+	t.Cleanup(func() { _ = hs.Close() })
 	return hs
 }
 
@@ -33,7 +36,8 @@ func record(id, value string, cost int64) ingest.Record {
 
 func TestHTTPSinkRoundTrip(t *testing.T) {
 	t.Parallel()
-	sim, _ := newTestSim(t, SimConfig{Capacity: 4, RequiredFields: []string{"mag"}})
+	frozen := time.Now() // the bucket never refills
+	sim := newSim(t, sinksim.Config{Capacity: 4, RequiredFields: []string{"mag"}, Clock: func() time.Time { return frozen }})
 	hs := serve(t, sim.Handler(), 0)
 	ctx := t.Context()
 
@@ -84,7 +88,7 @@ func TestHTTPSinkRoundTrip(t *testing.T) {
 
 func TestHTTPSinkInjectedFailureIsRetryable(t *testing.T) {
 	t.Parallel()
-	sim, _ := newTestSim(t, SimConfig{Capacity: 10, ErrorRate: 1})
+	sim := newSim(t, sinksim.Config{Capacity: 10, ErrorRate: 1})
 	hs := serve(t, sim.Handler(), 0)
 	res, err := hs.Write(t.Context(), []ingest.Record{record("a", `{}`, 1)})
 	require.NoError(t, err)
@@ -104,7 +108,7 @@ func TestHTTPSinkWholeRequestStatuses(t *testing.T) {
 	}{
 		{name: "429 without results", status: 429, header: map[string]string{"Retry-After": "2"},
 			want: ingest.Result{Outcome: ingest.Retryable, Throttled: true, RetryAfter: 2 * time.Second, Reason: "HTTP 429"}},
-		{name: "429 prefers ms header", status: 429, header: map[string]string{"Retry-After": "2", HeaderRetryAfterMs: "120"},
+		{name: "429 prefers ms header", status: 429, header: map[string]string{"Retry-After": "2", sink.HeaderRetryAfterMs: "120"},
 			want: ingest.Result{Outcome: ingest.Retryable, Throttled: true, RetryAfter: 120 * time.Millisecond, Reason: "HTTP 429"}},
 		{name: "503 text body", status: 503, body: "overloaded",
 			want: ingest.Result{Outcome: ingest.Retryable, Reason: "HTTP 503: overloaded"}},
@@ -139,7 +143,7 @@ func TestHTTPSinkWholeRequestStatuses(t *testing.T) {
 			}), 0)
 			res, err := hs.Write(t.Context(), batch)
 			if tt.wantErr != "" {
-				require.ErrorIs(t, err, ErrProtocol)
+				require.ErrorIs(t, err, sink.ErrProtocol)
 				require.ErrorContains(t, err, tt.wantErr)
 				return
 			}
@@ -151,7 +155,7 @@ func TestHTTPSinkWholeRequestStatuses(t *testing.T) {
 
 func TestHTTPSinkTimeout(t *testing.T) {
 	t.Parallel()
-	sim, _ := newTestSim(t, SimConfig{Capacity: 10, Latency: time.Minute})
+	sim := newSim(t, sinksim.Config{Capacity: 10, Latency: time.Minute})
 	hs := serve(t, sim.Handler(), 50*time.Millisecond)
 	_, err := hs.Write(t.Context(), []ingest.Record{record("a", `{}`, 1)})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -186,56 +190,15 @@ func TestHTTPSinkStatsErrors(t *testing.T) {
 	t.Parallel()
 	hs := serve(t, http.NotFoundHandler(), 0)
 	_, err := hs.Stats(t.Context())
-	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorIs(t, err, sink.ErrProtocol)
 	require.ErrorContains(t, err, "HTTP 404")
-}
-
-func TestNewHTTPValidates(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		cfg  HTTPConfig
-		want string
-	}{
-		{HTTPConfig{}, "want an absolute http:// or https:// URL"},
-		{HTTPConfig{URL: "ftp://host"}, "want an absolute"},
-		{HTTPConfig{URL: "/v1"}, "want an absolute"},
-		{HTTPConfig{URL: "127.0.0.1:8088"}, `url "127.0.0.1:8088"`},
-		{HTTPConfig{URL: "http://h", Timeout: -time.Second}, "timeout -1s is negative"},
-	} {
-		_, err := NewHTTP(tt.cfg)
-		require.ErrorContains(t, err, tt.want)
-	}
-	hs, err := NewHTTP(HTTPConfig{URL: "https://sink.example:8443/base/"})
-	require.NoError(t, err)
-	require.Equal(t, "https://sink.example:8443/base/v1/records", hs.records)
-	require.Equal(t, DefaultTimeout, hs.timeout)
-}
-
-func TestEncodeBatch(t *testing.T) {
-	t.Parallel()
-	value := "{ \"html\": \"<b>&</b>\",\n \"n\": 1 }"
-	data := encodeBatch([]ingest.Record{
-		record(`q"uote`, value, 7),
-		record("bad", "{not json", 1),
-		record("nocost", `{}`, 0),
-		record("empty", ``, 1),
-	}, false)
-	var got []WireRecord
-	require.NoError(t, json.Unmarshal(data, &got), string(data))
-	require.Len(t, got, 4)
-	require.Equal(t, `q"uote`, got[0].ID)
-	require.Equal(t, int64(7), *got[0].Cost)
-	require.Equal(t, value, string(got[0].Value), "valid JSON is sent byte for byte")
-	require.Equal(t, `"{not json"`, string(got[1].Value), "invalid JSON becomes a string")
-	require.Nil(t, got[2].Cost)
-	require.Equal(t, `""`, string(got[3].Value))
 }
 
 func TestSimChargesByItsOwnRule(t *testing.T) {
 	t.Parallel()
 	rule, err := ingest.ParseCost(ingest.UnitCost, "5/KiB")
 	require.NoError(t, err)
-	sim, _ := newTestSim(t, SimConfig{Capacity: 1000, Unit: ingest.UnitCost, Charge: &rule, ChargeFactor: 1.2})
+	sim := newSim(t, sinksim.Config{Capacity: 1000, Unit: ingest.UnitCost, Charge: &rule, ChargeFactor: 1.2})
 	hs := serve(t, sim.Handler(), 0)
 	big := `{"pad":"` + strings.Repeat("x", 1500) + `"}` // 2 KiB started: 10 units, ×1.2 = 12
 	res, err := hs.Write(t.Context(), []ingest.Record{record("a", `{"n":1}`, 5), record("b", big, 10)})
@@ -247,10 +210,47 @@ func TestSimChargesByItsOwnRule(t *testing.T) {
 func TestRequestChargeHeaderWithoutPerRecordCharges(t *testing.T) {
 	t.Parallel()
 	hs := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(HeaderRequestCharge, "30")
-		writeJSON(w, http.StatusOK, WireResponse{Results: []WireResult{{ID: "a", Status: StatusStored}, {ID: "b", Status: StatusDuplicate}}})
+		w.Header().Set(sink.HeaderRequestCharge, "30")
+		_ = json.NewEncoder(w).Encode(sink.WireResponse{Results: []sink.WireResult{{ID: "a", Status: sink.StatusStored}, {ID: "b", Status: sink.StatusDuplicate}}})
 	}), 0)
 	res, err := hs.Write(t.Context(), []ingest.Record{record("a", `{}`, 10), record("b", `{}`, 10)})
 	require.NoError(t, err)
 	require.Equal(t, []int64{20, 0}, []int64{res[0].Charge, res[1].Charge}, "the 10 units beyond the estimate go to the first record, once")
+}
+
+// BenchmarkHTTPSinkWrite measures unthrottled writes to the emulator (one
+// client, one request at a time), by batch size:
+// go test -run '^$' -bench HTTPSinkWrite ./sink/
+func BenchmarkHTTPSinkWrite(b *testing.B) {
+	for _, size := range []int{100, 500, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			sim, err := sinksim.New(sinksim.Config{Capacity: sinksim.MaxCapacity / 10})
+			require.NoError(b, err)
+			srv := httptest.NewServer(sim.Handler())
+			b.Cleanup(srv.Close)
+			hs, err := sink.NewHTTP(sink.HTTPConfig{URL: srv.URL})
+			require.NoError(b, err)
+			value := []byte(`{"mag":2.5,"place":"10 km N of Somewhere, CA","depth":7.3,"time":"2025-05-01T00:00:00Z"}`)
+			n := 0
+			for b.Loop() {
+				batch := make([]ingest.Record, size)
+				for i := range batch {
+					n++
+					batch[i] = ingest.Record{ID: fmt.Sprintf("r%09d", n), Value: value, Cost: 1}
+				}
+				if _, err := hs.Write(b.Context(), batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+// newSim returns an emulator on the real clock.
+func newSim(t *testing.T, cfg sinksim.Config) *sinksim.Sim {
+	t.Helper()
+	s, err := sinksim.New(cfg)
+	require.NoError(t, err)
+	return s
 }

@@ -156,7 +156,7 @@ func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrSinkURL, err)
 		}
-		return httpCloser{s}, nil
+		return s, nil
 	}
 }
 
@@ -234,11 +234,6 @@ func readHeaders(file string) (http.Header, error) {
 // EnvAzureAccountKey is the environment variable holding the Azure storage
 // account key when no key file is given.
 const EnvAzureAccountKey = "SLUICE_AZURE_ACCOUNT_KEY"
-
-// httpCloser gives HTTPSink a no-op Close; it keeps Stats.
-type httpCloser struct{ *HTTPSink }
-
-func (httpCloser) Close() error { return nil }
 
 // redact hides a password in u for messages.
 func redact(u *url.URL) string { return u.Redacted() }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/sink/sinktest"
 )
 
 var (
@@ -68,14 +69,14 @@ func openPostgres(t testing.TB, timeout time.Duration) (*PostgresSink, string) {
 
 func TestPostgresConformance(t *testing.T) {
 	t.Parallel()
-	conformance{
-		open: func(t *testing.T) ingest.Sink {
+	sinktest.Suite{
+		Open: func(t *testing.T) ingest.Sink {
 			s, _ := openPostgres(t, 300*time.Millisecond)
 			return s
 		},
 		// Another transaction inserts the same id and holds it: the sink's
 		// insert waits on it until the statement timeout cancels it (57014).
-		retryable: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
+		Retryable: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
 			ps := s.(*PostgresSink)
 			conn, err := pgx.Connect(t.Context(), postgresURL(t))
 			require.NoError(t, err)
@@ -89,7 +90,7 @@ func TestPostgresConformance(t *testing.T) {
 			require.NoError(t, err)
 			return s, []ingest.Record{{ID: "locked", Value: []byte(`{"mag":2}`), Cost: 1}}
 		},
-	}.run(t)
+	}.Run(t)
 }
 
 func TestPostgresStoresSinkKeyAndValue(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/recordtype"
 )
 
 // loadTokens reads a tokens file: one "TOKEN TYPE[,TYPE...]" per line ("*"
@@ -73,7 +73,7 @@ func apiCommand() *cli.Command {
 			if c.String("types") == "" {
 				return usageError(errors.New("api needs --types FILE"))
 			}
-			types, err := ingest.LoadTypes(c.String("types"))
+			types, err := recordtype.Load(c.String("types"))
 			if err != nil {
 				return usageError(err)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // These tests run bulk-load in-process against embedded Kafka, a Redis and
@@ -25,9 +26,9 @@ import (
 // They run one at a time: the sink's windows measure when requests arrive,
 // and a process starved of CPU bunches its requests.
 
-func startSim(t *testing.T, cfg sink.SimConfig) (*sink.Sim, string) {
+func startSim(t *testing.T, cfg sinksim.Config) (*sinksim.Sim, string) {
 	t.Helper()
-	sim, err := sink.NewSim(cfg)
+	sim, err := sinksim.New(cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(srv.Close)
@@ -66,7 +67,7 @@ func ndjson(t *testing.T, n int, value func(i int) string) string {
 
 func TestBytesPoolWithMixedSizesStaysWithinCapacity(t *testing.T) {
 	const capacity = 400_000 // bytes/s
-	sim, url := startSim(t, sink.SimConfig{Capacity: capacity, Mode: sink.ModeWindow, Unit: ingest.UnitBytes})
+	sim, url := startSim(t, sinksim.Config{Capacity: capacity, Mode: sinksim.ModeWindow, Unit: ingest.UnitBytes})
 	sizes := []int{80, 2000, 300, 9000, 40, 1200}
 	path := ndjson(t, 600, func(i int) string {
 		return fmt.Sprintf(`{"id":"b%d","pad":"%s"}`, i, strings.Repeat("x", sizes[i%len(sizes)]))
@@ -84,7 +85,7 @@ func TestBytesPoolWithMixedSizesStaysWithinCapacity(t *testing.T) {
 }
 
 func TestLiveCapacityChangeMidRun(t *testing.T) {
-	sim, url := startSim(t, sink.SimConfig{Capacity: 2000, Mode: sink.ModeWindow})
+	sim, url := startSim(t, sinksim.Config{Capacity: 2000, Mode: sinksim.ModeWindow})
 	mr := miniredis.RunT(t)
 	mr.ClockTTL(true)
 	path := ndjson(t, 12000, func(i int) string { return fmt.Sprintf(`{"id":"l%d"}`, i) })
@@ -118,7 +119,7 @@ func TestLiveCapacityChangeMidRun(t *testing.T) {
 
 func TestUnleasedClientSharingTheSink(t *testing.T) {
 	const capacity = 1000
-	sim, url := startSim(t, sink.SimConfig{Capacity: capacity, Mode: sink.ModeWindow})
+	sim, url := startSim(t, sinksim.Config{Capacity: capacity, Mode: sinksim.ModeWindow})
 	other, err := sink.NewHTTP(sink.HTTPConfig{URL: url})
 	require.NoError(t, err)
 	path := ndjson(t, 9000, func(i int) string { return fmt.Sprintf(`{"id":"s%d"}`, i) })
@@ -160,7 +161,7 @@ func TestCostPoolWhoseSinkChargesMoreThanEstimated(t *testing.T) {
 	// The pool estimates 5 RU per started KiB; the service charges 20 % more.
 	rule, err := ingest.ParseCost(ingest.UnitCost, "5/KiB")
 	require.NoError(t, err)
-	sim, url := startSim(t, sink.SimConfig{Capacity: capacity, Unit: ingest.UnitCost, Charge: &rule, ChargeFactor: 1.2})
+	sim, url := startSim(t, sinksim.Config{Capacity: capacity, Unit: ingest.UnitCost, Charge: &rule, ChargeFactor: 1.2})
 	path := ndjson(t, 3000, func(i int) string {
 		return fmt.Sprintf(`{"id":"c%d","pad":"%s"}`, i, strings.Repeat("y", 100+(i%7)*400))
 	})
@@ -188,7 +189,7 @@ func TestCostPoolWhoseSinkChargesMoreThanEstimated(t *testing.T) {
 }
 
 func TestBulkLoadOfARecordTypeValidatesInTheWorker(t *testing.T) {
-	sim, url := startSim(t, sink.SimConfig{Capacity: 5000})
+	sim, url := startSim(t, sinksim.Config{Capacity: 5000})
 	// A row without the "time" the schema requires: the CSV reader accepts
 	// it, the worker's schema check dead-letters it, its neighbours load.
 	path := sample(t, 200, strings.Repeat(",", 11)+"nc-no-time"+strings.Repeat(",", 10)+"\n")

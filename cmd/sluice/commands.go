@@ -14,10 +14,12 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/term"
 
+	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 func onUsageError(_ *cli.Context, err error, _ bool) error {
@@ -136,15 +138,15 @@ func bulkLoad(c *cli.Context) error {
 	if workers < 0 {
 		return usageError(fmt.Errorf("--workers: must be ≥ 0 (got %d)", workers))
 	}
-	file, err := ingest.OpenFile(c.Args().First(), c.String("format"), s.idField)
+	file, err := bulkload.OpenFile(c.Args().First(), c.String("format"), s.idField)
 	if err != nil {
 		return usageError(err)
 	}
-	var rows ingest.Rows = file
+	var rows bulkload.Rows = file
 	switch order := c.String("order"); order {
 	case "file":
 	case "interleave":
-		if rows, err = ingest.Interleave(file, s.sinkKeyOf, 0); err != nil {
+		if rows, err = bulkload.Interleave(file, s.sinkKeyOf, 0); err != nil {
 			return usageError(err)
 		}
 	default:
@@ -200,11 +202,11 @@ func bulkLoad(c *cli.Context) error {
 		}
 		stacks, managers = append(stacks, stack), append(managers, mgr)
 	}
-	cfg := ingest.BulkLoadConfig{Topic: s.topic, Group: s.group, Capacity: s.pool.Capacity, Unit: s.pool.Unit, Logger: s.log}
+	cfg := bulkload.Config{Topic: s.topic, Group: s.group, Capacity: s.pool.Capacity, Unit: s.pool.Unit, Logger: s.log}
 	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Bar = f
 	}
-	load, err := ingest.NewBulkLoad(cfg, ingest.BulkLoadPorts{
+	load, err := bulkload.New(cfg, bulkload.Ports{
 		File:        rows,
 		Producer:    producer,
 		DeadLetters: dlq,
@@ -224,7 +226,7 @@ func bulkLoad(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var summary ingest.Summary
+	var summary bulkload.Summary
 	err = withMetrics(ctx, c.String("metrics-addr"), reg, s.brokers, func(ctx context.Context) (err error) {
 		summary, err = load.Run(ctx)
 		return err
@@ -268,7 +270,7 @@ func produceCommand() *cli.Command {
 			if err != nil {
 				return usageError(err)
 			}
-			file, err := ingest.OpenFile(c.Args().First(), c.String("format"), f.String("id-field"))
+			file, err := bulkload.OpenFile(c.Args().First(), c.String("format"), f.String("id-field"))
 			if err != nil {
 				return usageError(err)
 			}
@@ -289,7 +291,7 @@ func produceCommand() *cli.Command {
 				return err
 			}
 			defer dlq.Close()
-			n, bad, err := ingest.Produce(c.Context, file, topic, 0, producer, dlq, log)
+			n, bad, err := bulkload.Produce(c.Context, file, topic, 0, producer, dlq, log)
 			fmt.Fprintf(c.App.Writer, "produced %d records to %s, %d malformed rows to %s.dlq\n", n, topic, bad, topic)
 			return err
 		},
@@ -317,7 +319,7 @@ func sinkSimCommand() *cli.Command {
 			if err != nil {
 				return usageError(err)
 			}
-			sim, err := sink.NewSim(cfg)
+			sim, err := sinksim.New(cfg)
 			if err != nil {
 				return usageError(err)
 			}
@@ -333,12 +335,12 @@ func sinkSimCommand() *cli.Command {
 
 // simConfig reads the emulator flags (prefix "sim-" on bulk-load);
 // capacity is the default when --<prefix>capacity is 0.
-func simConfig(c *cli.Context, prefix string, capacity float64) (sink.SimConfig, error) {
+func simConfig(c *cli.Context, prefix string, capacity float64) (sinksim.Config, error) {
 	unit, err := ingest.ParseUnit(c.String("unit"))
 	if err != nil {
-		return sink.SimConfig{}, fmt.Errorf("--unit: %w", err)
+		return sinksim.Config{}, fmt.Errorf("--unit: %w", err)
 	}
-	cfg := sink.SimConfig{
+	cfg := sinksim.Config{
 		Capacity:       int64(c.Float64(prefix + "capacity")),
 		Mode:           c.String(prefix + "mode"),
 		Unit:           unit,

@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicehq/sluice/queue"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // embedded holds the in-process services of --embedded.
@@ -57,7 +57,7 @@ func startEmbedded(ctx context.Context, c *cli.Context, s *settings) (_ *embedde
 		if err != nil {
 			return nil, usageError(err)
 		}
-		sim, err := sink.NewSim(cfg)
+		sim, err := sinksim.New(cfg)
 		if err != nil {
 			return nil, usageError(err)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // env names the environment variable of a flag: SLUICE_ and the flag's name
@@ -128,8 +128,8 @@ func simFlags(prefix string) []cli.Flag {
 		stringFlag(prefix+"charge", "", "charge records by this cost `rule` (N or N/KiB, unit cost) instead of the cost the client sends, and report it"),
 		floatFlag(prefix+"charge-factor", 1, "multiply the --"+prefix+"charge rule by this (e.g. 1.2: the service charges 20 % over the estimate)"),
 		intFlag(prefix+"partition-limit", 0, "range partitions: keys are cut into lexicographic ranges of this many `ops/s` each, on top of the capacity (2000: Azure Tables' and OSS's figure; 0: off)"),
-		durationFlag(prefix+"split-after", sink.DefaultSplitAfter, "range partitions: a range hot this long splits at the median of its recent keys (stands in for a store's few minutes)"),
-		intFlag(prefix+"max-partitions", sink.DefaultMaxPartitions, "range partitions: the most ranges"),
+		durationFlag(prefix+"split-after", sinksim.DefaultSplitAfter, "range partitions: a range hot this long splits at the median of its recent keys (stands in for a store's few minutes)"),
+		intFlag(prefix+"max-partitions", sinksim.DefaultMaxPartitions, "range partitions: the most ranges"),
 	)
 }
 

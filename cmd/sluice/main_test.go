@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
 
-	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/bulkload"
 )
 
 // sample writes the first n rows of the USGS file (plus extra raw lines) to a
@@ -35,11 +35,11 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
-func readSummary(t *testing.T, path string) ingest.Summary {
+func readSummary(t *testing.T, path string) bulkload.Summary {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
-	var s ingest.Summary
+	var s bulkload.Summary
 	require.NoError(t, json.Unmarshal(data, &s))
 	return s
 }

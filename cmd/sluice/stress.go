@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/stress"
 )
 
 func stressCommand() *cli.Command {
@@ -50,7 +51,7 @@ func stressCommand() *cli.Command {
 				return err
 			}
 			defer target.Close()
-			rep, err := sink.Stress(c.Context, target, sink.StressConfig{
+			rep, err := stress.Stress(c.Context, target, stress.Config{
 				Start: c.Float64("start"), Step: c.Float64("step"), Max: c.Float64("max"), StepEvery: c.Duration("step-every"),
 				Prefix: c.String("prefix"), Target: c.Float64("target"), Threshold: c.Float64("threshold"),
 				BatchSize: c.Int("batch-size"), Concurrency: c.Int("concurrency"), Logger: log,
@@ -77,7 +78,7 @@ func stressCommand() *cli.Command {
 }
 
 // writeStress prints a stress report as a table and a summary.
-func writeStress(c *cli.Context, rep sink.StressReport) {
+func writeStress(c *cli.Context, rep stress.Report) {
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "offered/s\tsent\taccepted\tthrottled\tfailed\taccepted/s\theld\t")
 	for _, st := range rep.Steps {

@@ -7,17 +7,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
+	"github.com/sluicehq/sluice/stress"
 )
 
 // sluice stress against sink-sim's range partitions finds the partition
 // limit within 10 %, and exits 4 when it is below the target.
 func TestStressCommandFindsThePartitionLimit(t *testing.T) {
-	sim, url := startSim(t, sink.SimConfig{Capacity: 50_000, PartitionLimit: 300, SplitAfter: time.Hour})
+	sim, url := startSim(t, sinksim.Config{Capacity: 50_000, PartitionLimit: 300, SplitAfter: time.Hour})
 	code, stdout, stderr := runCLI(t, "stress", "--sink", url, "--start", "200", "--step", "25", "--step-every", "1s",
 		"--target", "1000", "--json")
 	require.Equal(t, exitBelowTarget, code, stderr)
-	var rep sink.StressReport
+	var rep stress.Report
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
 	t.Logf("steps %+v", rep.Steps)
 	require.Equal(t, "throttled", rep.StoppedBy)

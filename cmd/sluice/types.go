@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/recordtype"
 )
 
 // typeFlags are the record-type flags shared by api, produce, worker and
@@ -22,7 +23,7 @@ func typeFlags() []cli.Flag {
 
 // recordTypes loads the --type names from --types, in the order given;
 // none without --type. Its errors name the flag.
-func recordTypes(c *cli.Context) ([]*ingest.RecordType, error) {
+func recordTypes(c *cli.Context) ([]*recordtype.Type, error) {
 	names := splitList(c.String("type"))
 	if len(names) == 0 {
 		return nil, nil
@@ -30,11 +31,11 @@ func recordTypes(c *cli.Context) ([]*ingest.RecordType, error) {
 	if c.String("types") == "" {
 		return nil, errors.New("--type needs --types FILE")
 	}
-	types, err := ingest.LoadTypes(c.String("types"))
+	types, err := recordtype.Load(c.String("types"))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*ingest.RecordType, len(names))
+	out := make([]*recordtype.Type, len(names))
 	for i, name := range names {
 		if out[i] = types[name]; out[i] == nil {
 			return nil, fmt.Errorf("--type %q: not defined in %s", name, c.String("types"))
@@ -44,7 +45,7 @@ func recordTypes(c *cli.Context) ([]*ingest.RecordType, error) {
 }
 
 // oneType is recordTypes for the commands that take at most one type.
-func oneType(c *cli.Context) (*ingest.RecordType, error) {
+func oneType(c *cli.Context) (*recordtype.Type, error) {
 	ts, err := recordTypes(c)
 	switch {
 	case err != nil:
@@ -66,7 +67,7 @@ type flagValues struct {
 	typed map[string]any
 }
 
-func typedFlags(c *cli.Context, t *ingest.RecordType) flagValues {
+func typedFlags(c *cli.Context, t *recordtype.Type) flagValues {
 	f := flagValues{Context: c, typed: map[string]any{}}
 	if t == nil {
 		return f

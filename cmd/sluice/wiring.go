@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/pacing"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/recordtype"
 	"github.com/sluicehq/sluice/sink"
 )
 
@@ -89,7 +90,7 @@ func workerSettings(c *cli.Context) ([]settings, error) {
 
 // settingsFor validates the flags, with t's values for those not given (t
 // may be nil); its errors name the flag.
-func settingsFor(cc *cli.Context, t *ingest.RecordType) (settings, error) {
+func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	c := typedFlags(cc, t)
 	log, err := newLogger(cc)
 	if err != nil {
@@ -130,7 +131,7 @@ func settingsFor(cc *cli.Context, t *ingest.RecordType) (settings, error) {
 		s.typeName = t.Name
 	}
 	if template := c.String("sink-key"); template != "" {
-		sk, err := ingest.NewSinkKey(template, c.String("sink-key-strategy"))
+		sk, err := recordtype.NewSinkKey(template, c.String("sink-key-strategy"))
 		if err != nil {
 			return s, fmt.Errorf("--sink-key, --sink-key-strategy: %w", err)
 		}

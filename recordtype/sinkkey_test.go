@@ -1,4 +1,4 @@
-package ingest
+package recordtype
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 func TestSinkKeyStrategies(t *testing.T) {
@@ -75,12 +77,12 @@ func TestSinkKeyProcessorSetsThePartitionKey(t *testing.T) {
 	t.Parallel()
 	k, err := NewSinkKey("{id}", "shard:16")
 	require.NoError(t, err)
-	out, err := k.Processor().Process(Record{ID: "nc1", Value: []byte(`{"id":"nc1"}`)})
+	out, err := k.Processor().Process(ingest.Record{ID: "nc1", Value: []byte(`{"id":"nc1"}`)})
 	require.NoError(t, err)
 	require.Equal(t, "nc1", out.ID)
 	require.True(t, strings.HasSuffix(out.SinkKey, "/nc1"))
 	require.Len(t, out.PartitionKey, 2)
-	_, err = k.Processor().Process(Record{ID: "x", Value: []byte(`{}`)})
+	_, err = k.Processor().Process(ingest.Record{ID: "x", Value: []byte(`{}`)})
 	require.ErrorContains(t, err, `field "id": missing`)
 }
 

@@ -1,4 +1,4 @@
-package ingest_test
+package bulkload_test
 
 import (
 	"encoding/json"
@@ -10,19 +10,21 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/recordtype"
 )
 
-func readAll(t *testing.T, path, idField string) (recs []ingest.Record, bad []*ingest.RowError) {
+func readAll(t *testing.T, path, idField string) (recs []ingest.Record, bad []*bulkload.RowError) {
 	t.Helper()
-	f, err := ingest.OpenFile(path, "", idField)
+	f, err := bulkload.OpenFile(path, "", idField)
 	require.NoError(t, err)
 	for {
 		rec, err := f.Next()
 		if err == io.EOF {
 			return recs, bad
 		}
-		var rowErr *ingest.RowError
+		var rowErr *bulkload.RowError
 		if errors.As(err, &rowErr) {
 			bad = append(bad, rowErr)
 			continue
@@ -75,11 +77,11 @@ func TestOpenFileErrors(t *testing.T) {
 	dir := t.TempDir()
 	csvPath := filepath.Join(dir, "x.csv")
 	require.NoError(t, os.WriteFile(csvPath, []byte("a,b\n1,2\n"), 0o600))
-	_, err := ingest.OpenFile(csvPath, "", "id")
+	_, err := bulkload.OpenFile(csvPath, "", "id")
 	require.ErrorContains(t, err, `--id-field "id" is not a column (columns: a, b)`)
-	_, err = ingest.OpenFile(filepath.Join(dir, "x.txt"), "", "")
+	_, err = bulkload.OpenFile(filepath.Join(dir, "x.txt"), "", "")
 	require.ErrorContains(t, err, "use --format csv or ndjson")
-	_, err = ingest.OpenFile(filepath.Join(dir, "missing.csv"), "", "")
+	_, err = bulkload.OpenFile(filepath.Join(dir, "missing.csv"), "", "")
 	require.ErrorContains(t, err, "missing.csv")
 }
 
@@ -96,11 +98,11 @@ func TestNDJSONBadLinesAreNamed(t *testing.T) {
 
 func TestRowsTheValidatorRefusesAreNamed(t *testing.T) {
 	t.Parallel()
-	types, err := ingest.LoadTypes(filepath.Join("..", "examples", "types.yaml"))
+	types, err := recordtype.Load(filepath.Join("..", "examples", "types.yaml"))
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "x.ndjson")
 	require.NoError(t, os.WriteFile(path, []byte(`{"id":"a","time":"t"}`+"\n"+`{"id":"b"}`+"\n"+`{"id":"c","time":"t"}`+"\n"), 0o600))
-	f, err := ingest.OpenFile(path, "", "id")
+	f, err := bulkload.OpenFile(path, "", "id")
 	require.NoError(t, err)
 	f.Validate = types["earthquake"].Validate
 	var ids []string
@@ -109,7 +111,7 @@ func TestRowsTheValidatorRefusesAreNamed(t *testing.T) {
 		if err == io.EOF {
 			break
 		}
-		var rowErr *ingest.RowError
+		var rowErr *bulkload.RowError
 		if errors.As(err, &rowErr) {
 			require.Equal(t, 2, rowErr.Line)
 			require.ErrorContains(t, rowErr, "x.ndjson:2:")

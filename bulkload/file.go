@@ -1,4 +1,4 @@
-package ingest
+package bulkload
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // RowError is a malformed row of an input file. The row goes to the
@@ -96,19 +98,19 @@ func contains(s []string, v string) bool {
 
 // Next returns the next record with Value, ID and Key (= ID) set, a
 // *RowError for a malformed row (call Next again to go on), or io.EOF.
-func (f *FileReader) Next() (Record, error) {
+func (f *FileReader) Next() (ingest.Record, error) {
 	if f.csv != nil {
 		return f.nextCSV()
 	}
 	return f.nextNDJSON()
 }
 
-func (f *FileReader) nextCSV() (Record, error) {
+func (f *FileReader) nextCSV() (ingest.Record, error) {
 	start := f.csv.InputOffset()
 	fields, err := f.csv.Read()
 	raw := bytes.TrimRight(f.data[start:f.csv.InputOffset()], "\r\n")
 	if err == io.EOF {
-		return Record{}, io.EOF
+		return ingest.Record{}, io.EOF
 	}
 	if err != nil {
 		line := 0
@@ -116,7 +118,7 @@ func (f *FileReader) nextCSV() (Record, error) {
 		if errors.As(err, &pe) {
 			line, err = pe.StartLine, pe.Err
 		}
-		return Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
+		return ingest.Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
 	}
 	line, _ := f.csv.FieldPos(0)
 	obj := make(map[string]any, len(fields))
@@ -129,12 +131,12 @@ func (f *FileReader) nextCSV() (Record, error) {
 	}
 	value, err := json.Marshal(obj)
 	if err != nil {
-		return Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
+		return ingest.Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
 	}
 	return f.record(value, line, raw)
 }
 
-func (f *FileReader) nextNDJSON() (Record, error) {
+func (f *FileReader) nextNDJSON() (ingest.Record, error) {
 	for f.lines.Scan() {
 		f.line++
 		raw := bytes.TrimSpace(f.lines.Bytes())
@@ -142,23 +144,29 @@ func (f *FileReader) nextNDJSON() (Record, error) {
 			continue
 		}
 		if !isJSONObject(raw) {
-			return Record{}, &RowError{Path: f.path, Line: f.line, Raw: bytes.Clone(raw), Err: errors.New("not a JSON object")}
+			return ingest.Record{}, &RowError{Path: f.path, Line: f.line, Raw: bytes.Clone(raw), Err: errors.New("not a JSON object")}
 		}
 		return f.record(bytes.Clone(raw), f.line, raw)
 	}
 	if err := f.lines.Err(); err != nil {
-		return Record{}, fmt.Errorf("%s:%d: %w", f.path, f.line+1, err)
+		return ingest.Record{}, fmt.Errorf("%s:%d: %w", f.path, f.line+1, err)
 	}
-	return Record{}, io.EOF
+	return ingest.Record{}, io.EOF
 }
 
-func (f *FileReader) record(value []byte, line int, raw []byte) (Record, error) {
-	id, err := RecordID(value, f.idField)
+func (f *FileReader) record(value []byte, line int, raw []byte) (ingest.Record, error) {
+	id, err := ingest.RecordID(value, f.idField)
 	if err == nil && f.Validate != nil {
 		err = f.Validate(value)
 	}
 	if err != nil {
-		return Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
+		return ingest.Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
 	}
-	return Record{ID: id, Key: []byte(id), Value: value}, nil
+	return ingest.Record{ID: id, Key: []byte(id), Value: value}, nil
+}
+
+// isJSONObject reports whether b is one valid JSON object.
+func isJSONObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{' && json.Valid(b)
 }

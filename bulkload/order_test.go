@@ -1,4 +1,4 @@
-package ingest_test
+package bulkload_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/ingest"
 )
 
@@ -28,7 +29,7 @@ func (s *sliceRows) Next() (ingest.Record, error) {
 	return it.(ingest.Record), nil
 }
 
-func drain(t *testing.T, rows ingest.Rows) (recs []ingest.Record, bad []error) {
+func drain(t *testing.T, rows bulkload.Rows) (recs []ingest.Record, bad []error) {
 	t.Helper()
 	for {
 		rec, err := rows.Next()
@@ -49,7 +50,7 @@ func TestInterleaveSpreadsSequentialKeys(t *testing.T) {
 	src := &sliceRows{}
 	for i := range n {
 		if i == 700 {
-			src.items = append(src.items, &ingest.RowError{Path: "f.csv", Line: 702, Err: errors.New("bad")})
+			src.items = append(src.items, &bulkload.RowError{Path: "f.csv", Line: 702, Err: errors.New("bad")})
 		}
 		src.items = append(src.items, ingest.Record{ID: fmt.Sprintf("r%05d", i)})
 	}
@@ -59,7 +60,7 @@ func TestInterleaveSpreadsSequentialKeys(t *testing.T) {
 		require.NoError(t, err)
 		return i
 	}
-	rows, err := ingest.Interleave(src, func(r ingest.Record) (string, error) { return "2025-05-01/" + r.ID, nil }, 16)
+	rows, err := bulkload.Interleave(src, func(r ingest.Record) (string, error) { return "2025-05-01/" + r.ID, nil }, 16)
 	require.NoError(t, err)
 	recs, bad := drain(t, rows)
 	require.Len(t, bad, 1, "the malformed row is kept")
@@ -85,13 +86,13 @@ func TestInterleaveSpreadsSequentialKeys(t *testing.T) {
 func TestInterleaveFallsBackToTheID(t *testing.T) {
 	t.Parallel()
 	src := &sliceRows{items: []any{ingest.Record{ID: "a"}, ingest.Record{ID: "b"}, ingest.Record{ID: "c"}}}
-	rows, err := ingest.Interleave(src, func(ingest.Record) (string, error) { return "", errors.New("no key") }, 1)
+	rows, err := bulkload.Interleave(src, func(ingest.Record) (string, error) { return "", errors.New("no key") }, 1)
 	require.NoError(t, err)
 	recs, _ := drain(t, rows)
 	require.Equal(t, []string{"a", "b", "c"}, []string{recs[0].ID, recs[1].ID, recs[2].ID}, "one bucket: key order (the IDs)")
 
 	src = &sliceRows{items: []any{ingest.Record{ID: "a"}, errors.New("disk")}}
-	_, err = ingest.Interleave(src, nil, 0)
+	_, err = bulkload.Interleave(src, nil, 0)
 	require.EqualError(t, err, "disk")
 }
 

@@ -1,4 +1,4 @@
-package ingest
+package recordtype
 
 import (
 	"bytes"
@@ -13,17 +13,19 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
-// ErrRecordType is wrapped by every error LoadTypes returns about a types
+// ErrInvalid is wrapped by every error Load returns about a types
 // file or one of its schemas.
-var ErrRecordType = errors.New("ingest: record type")
+var ErrInvalid = errors.New("ingest: record type")
 
-// RecordType describes one kind of record submitted by producers: where it
+// Type describes one kind of record submitted by producers: where it
 // is queued, how it is identified, validated and enriched, and where it is
 // written. Pool, Cost, Sink and the sink key rule are carried as strings for
 // the commands to interpret.
-type RecordType struct {
+type Type struct {
 	// Name is the type's name, the {type} of the intake API's path.
 	Name string `yaml:"-"`
 	// Topic is the Kafka topic the type's records are produced to. Required.
@@ -73,49 +75,49 @@ type PoolSpec struct {
 	Reserved int `yaml:"reserved_partitions"`
 }
 
-// LoadTypes reads a YAML types file mapping type names to RecordType under
+// Load reads a YAML types file mapping type names to Type under
 // "types", and pool names to PoolSpec under "pools", and compiles the
 // schemas. A type whose pool the file defines gets it as PoolSpec. Errors
 // name the file and, for YAML errors, the line.
-func LoadTypes(path string) (map[string]*RecordType, error) {
+func Load(path string) (map[string]*Type, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrRecordType, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	var doc struct {
-		Types map[string]*RecordType `yaml:"types"`
-		Pools map[string]*PoolSpec   `yaml:"pools"`
+		Types map[string]*Type     `yaml:"types"`
+		Pools map[string]*PoolSpec `yaml:"pools"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrRecordType, path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
 	}
 	if len(doc.Types) == 0 {
-		return nil, fmt.Errorf("%w: %s: no types defined under \"types\"", ErrRecordType, path)
+		return nil, fmt.Errorf("%w: %s: no types defined under \"types\"", ErrInvalid, path)
 	}
 	for name, p := range doc.Pools {
 		if p == nil || !(p.Capacity > 0) || p.Partitions < 0 || p.LeaseTTL < 0 || p.Reserved < 0 {
-			return nil, fmt.Errorf("%w: %s: pool %q: capacity must be > 0, partitions, lease_ttl and reserved_partitions ≥ 0", ErrRecordType, path, name)
+			return nil, fmt.Errorf("%w: %s: pool %q: capacity must be > 0, partitions, lease_ttl and reserved_partitions ≥ 0", ErrInvalid, path, name)
 		}
-		if _, err := ParseUnit(cmp.Or(p.Unit, "records")); err != nil {
-			return nil, fmt.Errorf("%w: %s: pool %q: %w", ErrRecordType, path, name, err)
+		if _, err := ingest.ParseUnit(cmp.Or(p.Unit, "records")); err != nil {
+			return nil, fmt.Errorf("%w: %s: pool %q: %w", ErrInvalid, path, name, err)
 		}
 	}
 	for name, t := range doc.Types {
 		if t == nil || t.Topic == "" {
-			return nil, fmt.Errorf("%w: %s: type %q: topic is required", ErrRecordType, path, name)
+			return nil, fmt.Errorf("%w: %s: type %q: topic is required", ErrInvalid, path, name)
 		}
 		t.Name = name
 		t.PoolSpec = doc.Pools[t.Pool]
 		if t.SinkKey.Template != "" || t.SinkKey.Strategy != "" {
 			if _, err := NewSinkKey(t.SinkKey.Template, t.SinkKey.Strategy); err != nil {
-				return nil, fmt.Errorf("%w: %s: type %q: %w", ErrRecordType, path, name, err)
+				return nil, fmt.Errorf("%w: %s: type %q: %w", ErrInvalid, path, name, err)
 			}
 		}
 		for _, e := range t.Enrich {
 			if e != "ingested_at" {
-				return nil, fmt.Errorf("%w: %s: type %q: unknown enrichment %q (want ingested_at)", ErrRecordType, path, name, e)
+				return nil, fmt.Errorf("%w: %s: type %q: unknown enrichment %q (want ingested_at)", ErrInvalid, path, name, e)
 			}
 		}
 		if t.Schema != "" {
@@ -125,7 +127,7 @@ func LoadTypes(path string) (map[string]*RecordType, error) {
 			}
 			s, err := compileSchema(sp)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %s: type %q: schema %s: %w", ErrRecordType, path, name, sp, err)
+				return nil, fmt.Errorf("%w: %s: type %q: schema %s: %w", ErrInvalid, path, name, sp, err)
 			}
 			t.schema = s
 		}
@@ -151,7 +153,7 @@ func compileSchema(path string) (*jsonschema.Schema, error) {
 }
 
 // Validate checks that value is a JSON object satisfying the type's schema.
-func (t *RecordType) Validate(value []byte) error {
+func (t *Type) Validate(value []byte) error {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(value))
 	if err != nil {
 		return fmt.Errorf("not JSON: %w", err)
@@ -194,8 +196,8 @@ func schemaError(err error) error {
 
 // Processor returns the type's processing step: it validates the record
 // and applies the enrichment. Safe for concurrent use.
-func (t *RecordType) Processor() Processor {
-	return ProcessorFunc(func(rec Record) (Record, error) {
+func (t *Type) Processor() ingest.Processor {
+	return ingest.ProcessorFunc(func(rec ingest.Record) (ingest.Record, error) {
 		if err := t.Validate(rec.Value); err != nil {
 			return rec, fmt.Errorf("record type %s: %w", t.Name, err)
 		}

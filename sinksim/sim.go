@@ -1,4 +1,4 @@
-package sink
+package sinksim
 
 import (
 	"bytes"
@@ -17,9 +17,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/sink"
 )
 
-// Emulator modes (SimConfig.Mode).
+// Emulator modes (Config.Mode).
 const (
 	// ModeBucket is a token bucket holding one second of capacity, refilled
 	// at Capacity units/s and full at start: a per-second budget like Cosmos
@@ -45,8 +46,8 @@ const (
 	seriesStep = 200 * time.Millisecond
 )
 
-// SimConfig configures the throttled sink emulator.
-type SimConfig struct {
+// Config configures the throttled sink emulator.
+type Config struct {
 	// Capacity is the provisioned rate in units/s; required, 1..MaxCapacity.
 	Capacity int64
 	// Mode is ModeBucket (default) or ModeWindow.
@@ -103,7 +104,7 @@ type SimConfig struct {
 // keeps exact statistics. Safe for concurrent use; every request is
 // admitted atomically.
 type Sim struct {
-	cfg   SimConfig
+	cfg   Config
 	clock func() time.Time
 
 	mu    sync.Mutex
@@ -119,14 +120,14 @@ type Sim struct {
 	admit                   window        // window mode: admitted units in the last 1 s
 	win1s                   window        // stats: max units in any 1 s
 	win200                  window        // stats: max units in any 200 ms
-	stats                   SimStats
+	stats                   sink.SimStats
 	series                  []int64
 	ranges                  *ranges // nil without PartitionLimit
 }
 
-// NewSim validates cfg, fills its defaults and returns an emulator whose
+// New validates cfg, fills its defaults and returns an emulator whose
 // bucket is full. It returns an error naming the first bad field.
-func NewSim(cfg SimConfig) (*Sim, error) {
+func New(cfg Config) (*Sim, error) {
 	switch {
 	case cfg.Capacity <= 0 || cfg.Capacity > MaxCapacity:
 		return nil, fmt.Errorf("sink: capacity %d units/s out of range 1..%d", cfg.Capacity, MaxCapacity)
@@ -194,7 +195,7 @@ func (s *Sim) Reset() {
 	s.stored = make(map[string]struct{})
 	s.tokens, s.filled = s.cfg.Capacity*int64(time.Second), 0
 	s.admit, s.win1s, s.win200 = newWindow(time.Second), newWindow(time.Second), newWindow(200*time.Millisecond)
-	s.stats = SimStats{Mode: s.cfg.Mode, Unit: s.cfg.Unit}
+	s.stats = sink.SimStats{Mode: s.cfg.Mode, Unit: s.cfg.Unit}
 	s.stats.CapacityPerSec = s.cfg.Capacity
 	s.series = nil
 	s.charged = false
@@ -211,7 +212,7 @@ func (s *Sim) Stats() ingest.SinkStats {
 
 // Snapshot returns the full statistics; with series, also the units charged
 // per 200 ms bucket.
-func (s *Sim) Snapshot(series bool) SimStats {
+func (s *Sim) Snapshot(series bool) sink.SimStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
@@ -233,11 +234,11 @@ func (s *Sim) Snapshot(series bool) SimStats {
 // (?series=1 adds the 200 ms series) and POST /v1/reset.
 func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+PathRecords, s.serveRecords)
-	mux.HandleFunc("GET "+PathStats, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST "+sink.PathRecords, s.serveRecords)
+	mux.HandleFunc("GET "+sink.PathStats, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Snapshot(r.URL.Query().Get("series") == "1"))
 	})
-	mux.HandleFunc("POST "+PathReset, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("POST "+sink.PathReset, func(w http.ResponseWriter, _ *http.Request) {
 		s.Reset()
 		w.WriteHeader(http.StatusNoContent)
 	})
@@ -282,11 +283,11 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.countMalformed()
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, WireResponse{Results: []WireResult{},
+			writeJSON(w, http.StatusRequestEntityTooLarge, sink.WireResponse{Results: []sink.WireResult{},
 				Error: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)})
 			return
 		}
-		writeJSON(w, http.StatusBadRequest, WireResponse{Results: []WireResult{}, Error: "read request body: " + err.Error()})
+		writeJSON(w, http.StatusBadRequest, sink.WireResponse{Results: []sink.WireResult{}, Error: "read request body: " + err.Error()})
 		return
 	}
 	var elems []json.RawMessage
@@ -296,7 +297,7 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			msg += ": " + err.Error()
 		}
-		writeJSON(w, http.StatusBadRequest, WireResponse{Results: []WireResult{}, Error: msg})
+		writeJSON(w, http.StatusBadRequest, sink.WireResponse{Results: []sink.WireResult{}, Error: msg})
 		return
 	}
 	recs := make([]incoming, len(elems))
@@ -317,9 +318,9 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 	code, stored, throttled := http.StatusOK, 0, 0
 	for _, res := range results {
 		switch res.Status {
-		case StatusStored, StatusDuplicate:
+		case sink.StatusStored, sink.StatusDuplicate:
 			stored++
-		case StatusThrottled:
+		case sink.StatusThrottled:
 			throttled++
 		}
 	}
@@ -335,12 +336,12 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 	for _, res := range results {
 		charge += res.Charge
 	}
-	w.Header().Set(HeaderRequestCharge, strconv.FormatInt(charge, 10))
+	w.Header().Set(sink.HeaderRequestCharge, strconv.FormatInt(charge, 10))
 	if throttled > 0 {
-		w.Header().Set(HeaderRetryAfter, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Second)), 10))
-		w.Header().Set(HeaderRetryAfterMs, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Millisecond)), 10))
+		w.Header().Set(sink.HeaderRetryAfter, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Second)), 10))
+		w.Header().Set(sink.HeaderRetryAfterMs, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Millisecond)), 10))
 	}
-	writeJSON(w, code, WireResponse{Results: results})
+	writeJSON(w, code, sink.WireResponse{Results: results})
 }
 
 // parse validates element i of a request; the record is rejected (reason
@@ -348,7 +349,7 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 // ≥ 1 and at most Capacity, and a JSON-object value with every required
 // field.
 func (s *Sim) parse(i int, raw json.RawMessage) incoming {
-	var wr WireRecord
+	var wr sink.WireRecord
 	if err := json.Unmarshal(raw, &wr); err != nil {
 		return incoming{id: wr.ID, reason: fmt.Sprintf("record %d is not a {id, cost, value} object: %v", i, err)}
 	}
@@ -405,7 +406,7 @@ func (s *Sim) parse(i int, raw json.RawMessage) incoming {
 // otherwise an injected failure (503, not charged), else the record is
 // charged and stored (201) or found a duplicate (200). wait is the time
 // until the first throttled record would fit, 0 if none was throttled.
-func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Duration) {
+func (s *Sim) admitBatch(recs []incoming) (results []sink.WireResult, wait time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at := s.now()
@@ -413,21 +414,21 @@ func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Durat
 	if s.cfg.Mode == ModeWindow {
 		s.admit.expire(at)
 	}
-	results = make([]WireResult, len(recs))
+	results = make([]sink.WireResult, len(recs))
 	var charged, acceptedUnits int64
 	throttled := false    // capacity exhausted: the rest of the request is throttled
 	anyThrottled := false // a record was throttled, by capacity or by its range
 	for i, in := range recs {
-		res := WireResult{ID: in.id}
+		res := sink.WireResult{ID: in.id}
 		switch {
 		case in.reason != "":
-			res.Status, res.Error = StatusRejected, in.reason
+			res.Status, res.Error = sink.StatusRejected, in.reason
 			s.stats.Rejected++
 		case throttled:
-			res.Status, res.Error = StatusThrottled, "throttled: capacity exhausted"
+			res.Status, res.Error = sink.StatusThrottled, "throttled: capacity exhausted"
 			s.stats.Throttled++
 		case s.cfg.ErrorRate > 0 && s.rng.Float64() < s.cfg.ErrorRate:
-			res.Status, res.Error = StatusFailed, "injected failure"
+			res.Status, res.Error = sink.StatusFailed, "injected failure"
 			s.stats.Failed++
 		default:
 			part := -1
@@ -439,7 +440,7 @@ func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Durat
 						wait = w
 					}
 					anyThrottled = true
-					res.Status, res.Error = StatusThrottled, "throttled: the key's range partition is at its limit"
+					res.Status, res.Error = sink.StatusThrottled, "throttled: the key's range partition is at its limit"
 					s.stats.Throttled++
 					break
 				}
@@ -449,7 +450,7 @@ func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Durat
 					wait = w
 				}
 				throttled, anyThrottled = true, true
-				res.Status, res.Error = StatusThrottled, "throttled: capacity exhausted"
+				res.Status, res.Error = sink.StatusThrottled, "throttled: capacity exhausted"
 				s.stats.Throttled++
 				break
 			}
@@ -459,12 +460,12 @@ func (s *Sim) admitBatch(recs []incoming) (results []WireResult, wait time.Durat
 			charged += in.cost
 			res.Charge = in.cost
 			if _, dup := s.stored[in.id]; dup {
-				res.Status = StatusDuplicate
+				res.Status = sink.StatusDuplicate
 				s.stats.Duplicates++
 				break
 			}
 			s.stored[in.id] = struct{}{}
-			res.Status = StatusStored
+			res.Status = sink.StatusStored
 			s.stats.Accepted++
 			acceptedUnits += in.cost
 		}

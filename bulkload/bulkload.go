@@ -1,4 +1,4 @@
-package ingest
+package bulkload
 
 import (
 	"cmp"
@@ -11,34 +11,19 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
-// Producer appends records to a topic durably (acknowledged by all in-sync
-// replicas) before returning nil.
-type Producer interface {
-	Produce(ctx context.Context, topic string, recs []Record) error
-}
-
-// Offsets reads a topic's end offsets and a consumer group's committed
-// offsets, per partition ("next offset to read" semantics), and the group's
-// membership.
-type Offsets interface {
-	EndOffsets(ctx context.Context, topic string) (map[int]int64, error)
-	CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error)
-	// GroupMembers returns the group's member count and whether it is
-	// stable (not rebalancing).
-	GroupMembers(ctx context.Context, group string) (members int, stable bool, err error)
-}
-
-// BulkLoadConfig configures a BulkLoad.
-type BulkLoadConfig struct {
+// Config configures a BulkLoad.
+type Config struct {
 	// Topic receives the file's records; Group is the consumer group the
 	// workers drain it with. Both required.
 	Topic, Group string
 	// Capacity is the pool's capacity in units/s; Unit its unit. Used for
 	// the ideal time, utilization and the ETA. Required.
 	Capacity float64
-	Unit     Unit
+	Unit     ingest.Unit
 	// Chunk is the number of records per produce call. Default 500.
 	Chunk int
 	// Poll is how often progress and the group's offsets are checked.
@@ -56,21 +41,21 @@ type BulkLoadConfig struct {
 	Bar io.Writer
 }
 
-// BulkLoadPorts are what a BulkLoad drives.
-type BulkLoadPorts struct {
+// Ports are what a BulkLoad drives.
+type Ports struct {
 	File        Rows
-	Producer    Producer
-	DeadLetters DeadLetters // receives malformed rows
-	Offsets     Offsets
+	Producer    ingest.Producer
+	DeadLetters ingest.DeadLetters // receives malformed rows
+	Offsets     ingest.Offsets
 	// Workers drain the topic (each a full worker stack in the group).
 	// None: worker pods of the group drain it.
-	Workers []Runner
+	Workers []ingest.Runner
 	// Counters are the workers' shared totals.
-	Counters *Counters
+	Counters *ingest.Counters
 	// Rate is the workers' combined leased rate in units/s, for the ETA.
 	Rate func(now time.Time) float64
 	// Sink, when it keeps statistics, completes the summary.
-	Sink StatsSink
+	Sink ingest.StatsSink
 	// Start, when not nil, is closed once one second of the pool's
 	// capacity (counting a record as one unit) or the whole file has been
 	// produced; the in-process workers wait for it (WorkerConfig.Start), so
@@ -83,12 +68,12 @@ type BulkLoadPorts struct {
 // offsets reach the offsets it produced (so workers of other processes in the
 // same group help, and nothing is reported done before it is committed).
 type BulkLoad struct {
-	cfg BulkLoadConfig
-	p   BulkLoadPorts
+	cfg Config
+	p   Ports
 }
 
-// NewBulkLoad checks cfg and returns a BulkLoad.
-func NewBulkLoad(cfg BulkLoadConfig, p BulkLoadPorts) (*BulkLoad, error) {
+// New checks cfg and returns a BulkLoad.
+func New(cfg Config, p Ports) (*BulkLoad, error) {
 	switch {
 	case cfg.Topic == "" || cfg.Group == "":
 		return nil, errors.New("ingest: bulk load needs a topic and a group")
@@ -100,7 +85,7 @@ func NewBulkLoad(cfg BulkLoadConfig, p BulkLoadPorts) (*BulkLoad, error) {
 	cfg.Chunk = cmp.Or(cfg.Chunk, 500)
 	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
 	cfg.JoinTimeout = cmp.Or(cfg.JoinTimeout, 30*time.Second)
-	cfg.Unit = cmp.Or(cfg.Unit, UnitRecords)
+	cfg.Unit = cmp.Or(cfg.Unit, ingest.UnitRecords)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -167,7 +152,7 @@ func (b *BulkLoad) produce(ctx context.Context) (total, bad int64, err error) {
 	})
 	defer start()
 	threshold := int64(b.cfg.Capacity)
-	producer := producerFunc(func(ctx context.Context, topic string, recs []Record) error {
+	producer := producerFunc(func(ctx context.Context, topic string, recs []ingest.Record) error {
 		err := b.p.Producer.Produce(ctx, topic, recs)
 		if threshold -= int64(len(recs)); threshold <= 0 {
 			start()
@@ -178,17 +163,17 @@ func (b *BulkLoad) produce(ctx context.Context) (total, bad int64, err error) {
 }
 
 // producerFunc adapts a function to Producer.
-type producerFunc func(ctx context.Context, topic string, recs []Record) error
+type producerFunc func(ctx context.Context, topic string, recs []ingest.Record) error
 
-func (f producerFunc) Produce(ctx context.Context, topic string, recs []Record) error {
+func (f producerFunc) Produce(ctx context.Context, topic string, recs []ingest.Record) error {
 	return f(ctx, topic, recs)
 }
 
 // Produce sends every record of f to topic in chunks of chunk records
 // (default 500), and every malformed row to the dead-letter topic with its
 // file:line. It returns the rows read and how many were malformed.
-func Produce(ctx context.Context, f Rows, topic string, chunk int, p Producer, dlq DeadLetters, log *slog.Logger) (total, bad int64, err error) {
-	buf := make([]Record, 0, cmp.Or(chunk, 500))
+func Produce(ctx context.Context, f Rows, topic string, chunk int, p ingest.Producer, dlq ingest.DeadLetters, log *slog.Logger) (total, bad int64, err error) {
+	buf := make([]ingest.Record, 0, cmp.Or(chunk, 500))
 	flush := func() error {
 		if len(buf) == 0 {
 			return nil
@@ -209,7 +194,7 @@ func Produce(ctx context.Context, f Rows, topic string, chunk int, p Producer, d
 		if errors.As(err, &rowErr) {
 			bad++
 			log.Warn("malformed row dead-lettered", "err", rowErr.Error())
-			dead := Record{ID: ContentID(rowErr.Raw), Value: rowErr.Raw, Pos: Position{Topic: topic, Offset: -1}}
+			dead := ingest.Record{ID: ingest.ContentID(rowErr.Raw), Value: rowErr.Raw, Pos: ingest.Position{Topic: topic, Offset: -1}}
 			if err := dlq.DeadLetter(ctx, dead, rowErr.Error()); err != nil {
 				return total, bad, fmt.Errorf("dead-letter %s: %w", rowErr.Error(), err)
 			}

@@ -1,4 +1,7 @@
-package sink
+// Package sinktest is the conformance suite every sink passes against its
+// real server: the outcomes the worker pipeline relies on, for ordinary,
+// duplicate, retryable, permanent, partial and cancelled writes.
+package sinktest
 
 import (
 	"context"
@@ -10,35 +13,36 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 )
 
-// conformance is what every sink must pass against its real server. Each
-// sink's test provides:
-//   - open: a fresh, empty sink (a new table, a new emulator) that stores
+// Suite is what every sink must pass against its real server. Each sink's
+// test provides:
+//   - Open: a fresh, empty sink (a new table, a new emulator) that stores
 //     records whose value has a "mag" field and refuses for good those
 //     without one (a CHECK constraint, the emulator's required fields);
-//   - retryable: arranges, with what the real server can produce, that
+//   - Retryable: arranges, with what the real server can produce, that
 //     writing the returned batch fails in a retryable way (a lock held by
 //     another transaction past the statement timeout, the emulator's
 //     throttling, a stopped server), and returns it with the sink to write
 //     it to (s, or one on the stopped server);
-//   - bad (optional): a record the sink refuses for good, for sinks that
+//   - Bad (optional): a record the sink refuses for good, for sinks that
 //     have no schema to refuse a value without "mag" with.
-type conformance struct {
-	open      func(t *testing.T) ingest.Sink
-	retryable func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record)
-	bad       func(id string) ingest.Record
+type Suite struct {
+	Open      func(t *testing.T) ingest.Sink
+	Retryable func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record)
+	Bad       func(id string) ingest.Record
 	// upsert: the sink overwrites and cannot tell a rewrite from a new
 	// record, so a rewrite is Delivered instead of Duplicate.
-	upsert bool
+	Upsert bool
 }
 
-func (c conformance) run(t *testing.T) {
+// Run runs the suite as subtests of t.
+func (c Suite) Run(t *testing.T) {
 	good := func(id string) ingest.Record { return ingest.Record{ID: id, Value: []byte(`{"mag":1.5}`), Cost: 1} }
-	bad := c.bad
+	bad := c.Bad
 	if bad == nil {
 		bad = func(id string) ingest.Record { return ingest.Record{ID: id, Value: []byte(`{"depth":3}`), Cost: 1} }
 	}
 	dup := ingest.Duplicate
-	if c.upsert {
+	if c.Upsert {
 		dup = ingest.Delivered
 	}
 	outcomes := func(res []ingest.Result) []ingest.Outcome {
@@ -50,7 +54,7 @@ func (c conformance) run(t *testing.T) {
 	}
 
 	t.Run("ok", func(t *testing.T) {
-		s := c.open(t)
+		s := c.Open(t)
 		batch := make([]ingest.Record, 50)
 		for i := range batch {
 			batch[i] = good(fmt.Sprintf("ok-%d", i))
@@ -63,7 +67,7 @@ func (c conformance) run(t *testing.T) {
 		}
 	})
 	t.Run("duplicate", func(t *testing.T) {
-		s := c.open(t)
+		s := c.Open(t)
 		_, err := s.Write(t.Context(), []ingest.Record{good("d1")})
 		require.NoError(t, err)
 		res, err := s.Write(t.Context(), []ingest.Record{good("d1"), good("d2")})
@@ -71,8 +75,8 @@ func (c conformance) run(t *testing.T) {
 		require.Equal(t, []ingest.Outcome{dup, ingest.Delivered}, outcomes(res))
 	})
 	t.Run("retryable", func(t *testing.T) {
-		s := c.open(t)
-		target, batch := c.retryable(t, s)
+		s := c.Open(t)
+		target, batch := c.Retryable(t, s)
 		res, err := target.Write(t.Context(), batch)
 		if err != nil {
 			return // the whole attempt failed: the worker retries it
@@ -84,14 +88,14 @@ func (c conformance) run(t *testing.T) {
 		}
 	})
 	t.Run("permanent", func(t *testing.T) {
-		s := c.open(t)
+		s := c.Open(t)
 		res, err := s.Write(t.Context(), []ingest.Record{bad("p1")})
 		require.NoError(t, err)
 		require.Equal(t, []ingest.Outcome{ingest.Permanent}, outcomes(res))
 		require.NotEmpty(t, res[0].Reason)
 	})
 	t.Run("partial", func(t *testing.T) {
-		s := c.open(t)
+		s := c.Open(t)
 		res, err := s.Write(t.Context(), []ingest.Record{good("a"), bad("b"), good("c"), {ID: "d", Value: []byte(`{not json`)}, good("e")})
 		require.NoError(t, err)
 		require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Permanent, ingest.Delivered, ingest.Permanent, ingest.Delivered}, outcomes(res))
@@ -100,7 +104,7 @@ func (c conformance) run(t *testing.T) {
 		require.Equal(t, []ingest.Outcome{dup, dup, dup}, outcomes(res), "the neighbours were stored")
 	})
 	t.Run("cancelled", func(t *testing.T) {
-		s := c.open(t)
+		s := c.Open(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		res, err := s.Write(ctx, []ingest.Record{good("c1")})

@@ -1,4 +1,4 @@
-package sink
+package sinksim
 
 import (
 	"math/rand/v2"

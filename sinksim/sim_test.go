@@ -1,4 +1,4 @@
-package sink
+package sinksim
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/sink"
 )
 
 // fakeClock is a settable clock for the emulator.
@@ -41,26 +42,26 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func newTestSim(t *testing.T, cfg SimConfig) (*Sim, *fakeClock) {
+func newTestSim(t *testing.T, cfg Config) (*Sim, *fakeClock) {
 	t.Helper()
 	clock := newFakeClock()
 	cfg.Clock = clock.Now
-	s, err := NewSim(cfg)
+	s, err := New(cfg)
 	require.NoError(t, err)
 	return s, clock
 }
 
 // rec is a valid wire record with the given id and cost (0: omitted).
-func rec(id string, cost int64) WireRecord {
-	r := WireRecord{ID: id, Value: json.RawMessage(`{"id":"` + id + `","mag":1.5}`)}
+func rec(id string, cost int64) sink.WireRecord {
+	r := sink.WireRecord{ID: id, Value: json.RawMessage(`{"id":"` + id + `","mag":1.5}`)}
 	if cost > 0 {
 		r.Cost = &cost
 	}
 	return r
 }
 
-func recs(prefix string, n int) []WireRecord {
-	out := make([]WireRecord, n)
+func recs(prefix string, n int) []sink.WireRecord {
+	out := make([]sink.WireRecord, n)
 	for i := range out {
 		out[i] = rec(fmt.Sprintf("%s-%d", prefix, i), 0)
 	}
@@ -68,7 +69,7 @@ func recs(prefix string, n int) []WireRecord {
 }
 
 // post sends records to the emulator's handler in-process.
-func post(t *testing.T, s *Sim, body any) (*httptest.ResponseRecorder, WireResponse) {
+func post(t *testing.T, s *Sim, body any) (*httptest.ResponseRecorder, sink.WireResponse) {
 	t.Helper()
 	var data []byte
 	switch b := body.(type) {
@@ -80,14 +81,14 @@ func post(t *testing.T, s *Sim, body any) (*httptest.ResponseRecorder, WireRespo
 		require.NoError(t, err)
 	}
 	w := httptest.NewRecorder()
-	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, PathRecords, bytes.NewReader(data)))
-	var resp WireResponse
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, sink.PathRecords, bytes.NewReader(data)))
+	var resp sink.WireResponse
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &resp), w.Body.String())
 	require.NotNil(t, resp.Results, "results is always present")
 	return w, resp
 }
 
-func countStatus(results []WireResult) map[int]int {
+func countStatus(results []sink.WireResult) map[int]int {
 	m := map[int]int{}
 	for _, r := range results {
 		m[r.Status]++
@@ -98,24 +99,24 @@ func countStatus(results []WireResult) map[int]int {
 func TestNewSimValidates(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		cfg  SimConfig
+		cfg  Config
 		want string
 	}{
-		{SimConfig{}, "capacity 0 units/s out of range"},
-		{SimConfig{Capacity: -5}, "capacity -5"},
-		{SimConfig{Capacity: MaxCapacity + 1}, "out of range"},
-		{SimConfig{Capacity: 10, Mode: "leaky"}, `unknown mode "leaky"`},
-		{SimConfig{Capacity: 10, ErrorRate: 1.5}, "error rate 1.5"},
-		{SimConfig{Capacity: 10, ErrorRate: -0.1}, "error rate -0.1"},
-		{SimConfig{Capacity: 10, Latency: -time.Second}, "latency -1s"},
-		{SimConfig{Capacity: 10, Unit: "kg"}, `unknown unit "kg"`},
-		{SimConfig{Capacity: 10, RequiredFields: []string{"a", ""}}, "required field 1 is empty"},
+		{Config{}, "capacity 0 units/s out of range"},
+		{Config{Capacity: -5}, "capacity -5"},
+		{Config{Capacity: MaxCapacity + 1}, "out of range"},
+		{Config{Capacity: 10, Mode: "leaky"}, `unknown mode "leaky"`},
+		{Config{Capacity: 10, ErrorRate: 1.5}, "error rate 1.5"},
+		{Config{Capacity: 10, ErrorRate: -0.1}, "error rate -0.1"},
+		{Config{Capacity: 10, Latency: -time.Second}, "latency -1s"},
+		{Config{Capacity: 10, Unit: "kg"}, `unknown unit "kg"`},
+		{Config{Capacity: 10, RequiredFields: []string{"a", ""}}, "required field 1 is empty"},
 	}
 	for _, tt := range tests {
-		_, err := NewSim(tt.cfg)
+		_, err := New(tt.cfg)
 		require.ErrorContains(t, err, tt.want)
 	}
-	s, err := NewSim(SimConfig{Capacity: 10})
+	s, err := New(Config{Capacity: 10})
 	require.NoError(t, err)
 	require.Equal(t, ModeBucket, s.Snapshot(false).Mode)
 	require.Equal(t, ingest.UnitRecords, s.Snapshot(false).Unit)
@@ -123,52 +124,52 @@ func TestNewSimValidates(t *testing.T) {
 
 func TestSimBucketAdmitsExactly(t *testing.T) {
 	t.Parallel()
-	s, clock := newTestSim(t, SimConfig{Capacity: 100})
+	s, clock := newTestSim(t, Config{Capacity: 100})
 
 	// A full bucket holds one second of capacity: 100 of 150 records fit.
 	w, resp := post(t, s, recs("a", 150))
 	require.Equal(t, http.StatusMultiStatus, w.Code)
 	require.Len(t, resp.Results, 150)
 	for i, r := range resp.Results {
-		want := StatusStored
+		want := sink.StatusStored
 		if i >= 100 {
-			want = StatusThrottled
+			want = sink.StatusThrottled
 		}
 		require.Equal(t, want, r.Status, "record %d", i)
 		require.Equal(t, fmt.Sprintf("a-%d", i), r.ID)
 	}
 	// One unit comes back after 10 ms: Retry-After rounds up to 1 s.
 	require.Equal(t, "1", w.Header().Get("Retry-After"))
-	require.Equal(t, "10", w.Header().Get(HeaderRetryAfterMs))
+	require.Equal(t, "10", w.Header().Get(sink.HeaderRetryAfterMs))
 
 	// Nothing left at the same instant: the whole request is throttled.
 	w, resp = post(t, s, recs("b", 3))
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	require.Equal(t, map[int]int{StatusThrottled: 3}, countStatus(resp.Results))
+	require.Equal(t, map[int]int{sink.StatusThrottled: 3}, countStatus(resp.Results))
 	require.Equal(t, "1", w.Header().Get("Retry-After"))
 
 	// Half a second refills 50 units.
 	clock.Advance(500 * time.Millisecond)
 	w, resp = post(t, s, recs("c", 60))
 	require.Equal(t, http.StatusMultiStatus, w.Code)
-	require.Equal(t, map[int]int{StatusStored: 50, StatusThrottled: 10}, countStatus(resp.Results))
+	require.Equal(t, map[int]int{sink.StatusStored: 50, sink.StatusThrottled: 10}, countStatus(resp.Results))
 
 	// A cost-30 record needs 30 units: 300 ms of refill.
-	w, _ = post(t, s, []WireRecord{rec("d", 30)})
+	w, _ = post(t, s, []sink.WireRecord{rec("d", 30)})
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	require.Equal(t, "300", w.Header().Get(HeaderRetryAfterMs))
+	require.Equal(t, "300", w.Header().Get(sink.HeaderRetryAfterMs))
 	clock.Advance(299 * time.Millisecond)
-	w, _ = post(t, s, []WireRecord{rec("d", 30)})
+	w, _ = post(t, s, []sink.WireRecord{rec("d", 30)})
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	require.Equal(t, "1", w.Header().Get(HeaderRetryAfterMs))
+	require.Equal(t, "1", w.Header().Get(sink.HeaderRetryAfterMs))
 	clock.Advance(time.Millisecond)
-	w, _ = post(t, s, []WireRecord{rec("d", 30)})
+	w, _ = post(t, s, []sink.WireRecord{rec("d", 30)})
 	require.Equal(t, http.StatusOK, w.Code)
 
 	// A long idle period refills to one second of capacity, no more.
 	clock.Advance(time.Hour)
 	_, resp = post(t, s, recs("e", 101))
-	require.Equal(t, map[int]int{StatusStored: 100, StatusThrottled: 1}, countStatus(resp.Results))
+	require.Equal(t, map[int]int{sink.StatusStored: 100, sink.StatusThrottled: 1}, countStatus(resp.Results))
 
 	st := s.Stats()
 	require.Equal(t, ingest.SinkStats{
@@ -181,7 +182,7 @@ func TestSimBucketAdmitsExactly(t *testing.T) {
 func TestSimWindowModeNeverExceedsCapacity(t *testing.T) {
 	t.Parallel()
 	const capacity = 100
-	s, clock := newTestSim(t, SimConfig{Capacity: capacity, Mode: ModeWindow})
+	s, clock := newTestSim(t, Config{Capacity: capacity, Mode: ModeWindow})
 	rng := rand.New(rand.NewPCG(3, 4))
 	var admitted []event
 	var at time.Duration
@@ -190,7 +191,7 @@ func TestSimWindowModeNeverExceedsCapacity(t *testing.T) {
 		step := time.Duration(rng.Int64N(int64(60 * time.Millisecond)))
 		clock.Advance(step)
 		at += step
-		batch := make([]WireRecord, 1+rng.IntN(30))
+		batch := make([]sink.WireRecord, 1+rng.IntN(30))
 		for i := range batch {
 			batch[i] = rec(fmt.Sprint(id), 1+rng.Int64N(5))
 			id++
@@ -198,7 +199,7 @@ func TestSimWindowModeNeverExceedsCapacity(t *testing.T) {
 		_, resp := post(t, s, batch)
 		var units int64
 		for i, r := range resp.Results {
-			if r.Status == StatusStored {
+			if r.Status == sink.StatusStored {
 				units += *batch[i].Cost
 			}
 		}
@@ -216,44 +217,44 @@ func TestSimWindowModeNeverExceedsCapacity(t *testing.T) {
 
 func TestSimWindowModeEdges(t *testing.T) {
 	t.Parallel()
-	s, clock := newTestSim(t, SimConfig{Capacity: 100, Mode: ModeWindow})
-	_, resp := post(t, s, []WireRecord{rec("a", 60)})
-	require.Equal(t, StatusStored, resp.Results[0].Status)
+	s, clock := newTestSim(t, Config{Capacity: 100, Mode: ModeWindow})
+	_, resp := post(t, s, []sink.WireRecord{rec("a", 60)})
+	require.Equal(t, sink.StatusStored, resp.Results[0].Status)
 	clock.Advance(400 * time.Millisecond)
-	_, resp = post(t, s, []WireRecord{rec("b", 40)})
-	require.Equal(t, StatusStored, resp.Results[0].Status)
+	_, resp = post(t, s, []sink.WireRecord{rec("b", 40)})
+	require.Equal(t, sink.StatusStored, resp.Results[0].Status)
 
 	// Full until the 60 units at t0 leave the window (t0, t0+1s].
 	clock.Advance(100 * time.Millisecond)
-	w, _ := post(t, s, []WireRecord{rec("c", 50)})
+	w, _ := post(t, s, []sink.WireRecord{rec("c", 50)})
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	require.Equal(t, "500", w.Header().Get(HeaderRetryAfterMs))
+	require.Equal(t, "500", w.Header().Get(sink.HeaderRetryAfterMs))
 	clock.Advance(500*time.Millisecond - 1)
-	w, _ = post(t, s, []WireRecord{rec("c", 50)})
+	w, _ = post(t, s, []sink.WireRecord{rec("c", 50)})
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	clock.Advance(1)
-	w, _ = post(t, s, []WireRecord{rec("c", 50)})
+	w, _ = post(t, s, []sink.WireRecord{rec("c", 50)})
 	require.Equal(t, http.StatusOK, w.Code)
 
 	// 10 units left now; a cost-50 record waits for the 40 at t0+400ms to leave,
 	// a cost-51 one for the 50 admitted just now.
-	w, _ = post(t, s, []WireRecord{rec("d", 50)})
-	require.Equal(t, "400", w.Header().Get(HeaderRetryAfterMs))
-	w, _ = post(t, s, []WireRecord{rec("d", 51)})
-	require.Equal(t, "1000", w.Header().Get(HeaderRetryAfterMs))
+	w, _ = post(t, s, []sink.WireRecord{rec("d", 50)})
+	require.Equal(t, "400", w.Header().Get(sink.HeaderRetryAfterMs))
+	w, _ = post(t, s, []sink.WireRecord{rec("d", 51)})
+	require.Equal(t, "1000", w.Header().Get(sink.HeaderRetryAfterMs))
 	require.Equal(t, int64(100), s.Stats().MaxUnits1s)
 }
 
 func TestSimDedupe(t *testing.T) {
 	t.Parallel()
-	s, _ := newTestSim(t, SimConfig{Capacity: 100})
-	w, resp := post(t, s, []WireRecord{rec("x", 2), rec("y", 3), rec("x", 2)})
+	s, _ := newTestSim(t, Config{Capacity: 100})
+	w, resp := post(t, s, []sink.WireRecord{rec("x", 2), rec("y", 3), rec("x", 2)})
 	require.Equal(t, http.StatusOK, w.Code, "stored and duplicates only: 200")
-	require.Equal(t, []int{StatusStored, StatusStored, StatusDuplicate},
+	require.Equal(t, []int{sink.StatusStored, sink.StatusStored, sink.StatusDuplicate},
 		[]int{resp.Results[0].Status, resp.Results[1].Status, resp.Results[2].Status})
-	w, resp = post(t, s, []WireRecord{rec("y", 3)})
+	w, resp = post(t, s, []sink.WireRecord{rec("y", 3)})
 	require.Equal(t, http.StatusOK, w.Code)
-	require.Equal(t, StatusDuplicate, resp.Results[0].Status)
+	require.Equal(t, sink.StatusDuplicate, resp.Results[0].Status)
 
 	st := s.Snapshot(false)
 	require.Equal(t, int64(2), st.Accepted)
@@ -264,13 +265,13 @@ func TestSimDedupe(t *testing.T) {
 
 	// A duplicate with no capacity left is throttled, not answered 200.
 	_, resp = post(t, s, append(recs("fill", 90), rec("x", 1)))
-	require.Equal(t, StatusThrottled, resp.Results[90].Status)
+	require.Equal(t, sink.StatusThrottled, resp.Results[90].Status)
 }
 
 func TestSimRejectsInvalidRecords(t *testing.T) {
 	t.Parallel()
-	s, _ := newTestSim(t, SimConfig{Capacity: 50, RequiredFields: []string{"mag", "time"}})
-	ok := WireRecord{ID: "ok", Value: json.RawMessage(`{"mag":1,"time":"t"}`)}
+	s, _ := newTestSim(t, Config{Capacity: 50, RequiredFields: []string{"mag", "time"}})
+	ok := sink.WireRecord{ID: "ok", Value: json.RawMessage(`{"mag":1,"time":"t"}`)}
 	body := `[
 		{"id":"ok","value":{"mag":1,"time":"t"}},
 		{"id":"nomag","value":{"time":"t"}},
@@ -292,19 +293,19 @@ func TestSimRejectsInvalidRecords(t *testing.T) {
 		status int
 		reason string
 	}{
-		{StatusStored, ""},
-		{StatusRejected, `missing required field "mag"`},
-		{StatusRejected, `missing required field "mag"`},
-		{StatusRejected, "value is not a JSON object"},
-		{StatusRejected, "value is not a JSON object"},
-		{StatusRejected, "record has no value"},
-		{StatusRejected, "record 6 has no id"},
-		{StatusRejected, "record 7 is not a {id, cost, value} object"},
-		{StatusRejected, "cost 0 is not ≥ 1"},
-		{StatusRejected, "cost 51 units exceeds the sink's capacity of 50 units/s"},
-		{StatusRejected, "record 10 is not a {id, cost, value} object"},
-		{StatusRejected, "record 11 is not a {id, cost, value} object"},
-		{StatusStored, ""},
+		{sink.StatusStored, ""},
+		{sink.StatusRejected, `missing required field "mag"`},
+		{sink.StatusRejected, `missing required field "mag"`},
+		{sink.StatusRejected, "value is not a JSON object"},
+		{sink.StatusRejected, "value is not a JSON object"},
+		{sink.StatusRejected, "record has no value"},
+		{sink.StatusRejected, "record 6 has no id"},
+		{sink.StatusRejected, "record 7 is not a {id, cost, value} object"},
+		{sink.StatusRejected, "cost 0 is not ≥ 1"},
+		{sink.StatusRejected, "cost 51 units exceeds the sink's capacity of 50 units/s"},
+		{sink.StatusRejected, "record 10 is not a {id, cost, value} object"},
+		{sink.StatusRejected, "record 11 is not a {id, cost, value} object"},
+		{sink.StatusStored, ""},
 	}
 	require.Len(t, resp.Results, len(want))
 	for i, wr := range want {
@@ -320,15 +321,15 @@ func TestSimRejectsInvalidRecords(t *testing.T) {
 	require.Equal(t, int64(2), st.UnitsAccepted, "rejected records are not charged")
 
 	// All rejected is still 207.
-	w, _ = post(t, s, []WireRecord{{ID: "bad", Value: json.RawMessage(`{}`)}})
+	w, _ = post(t, s, []sink.WireRecord{{ID: "bad", Value: json.RawMessage(`{}`)}})
 	require.Equal(t, http.StatusMultiStatus, w.Code)
-	w, _ = post(t, s, []WireRecord{ok})
+	w, _ = post(t, s, []sink.WireRecord{ok})
 	require.Equal(t, http.StatusOK, w.Code)
 }
 
 func TestSimMalformedRequests(t *testing.T) {
 	t.Parallel()
-	s, _ := newTestSim(t, SimConfig{Capacity: 10, MaxBodyBytes: 1024})
+	s, _ := newTestSim(t, Config{Capacity: 10, MaxBodyBytes: 1024})
 	for _, body := range []string{"", "null", "{}", `{"id":"a"}`, "[1,", "not json", `[{"id":"a"}] trailing`} {
 		w, resp := post(t, s, body)
 		require.Equal(t, http.StatusBadRequest, w.Code, "%q", body)
@@ -349,14 +350,14 @@ func TestSimMalformedRequests(t *testing.T) {
 	require.Equal(t, int64(0), st.Records)
 
 	w2 := httptest.NewRecorder()
-	s.Handler().ServeHTTP(w2, httptest.NewRequest(http.MethodGet, PathRecords, nil))
+	s.Handler().ServeHTTP(w2, httptest.NewRequest(http.MethodGet, sink.PathRecords, nil))
 	require.Equal(t, http.StatusMethodNotAllowed, w2.Code)
 }
 
 func TestSimInjectedFailures(t *testing.T) {
 	t.Parallel()
 	run := func() []int {
-		s, _ := newTestSim(t, SimConfig{Capacity: 1000, ErrorRate: 0.3, Seed: 42})
+		s, _ := newTestSim(t, Config{Capacity: 1000, ErrorRate: 0.3, Seed: 42})
 		_, resp := post(t, s, recs("r", 200))
 		out := make([]int, len(resp.Results))
 		for i, r := range resp.Results {
@@ -364,49 +365,49 @@ func TestSimInjectedFailures(t *testing.T) {
 		}
 		st := s.Stats()
 		c := countStatus(resp.Results)
-		require.Equal(t, int64(c[StatusFailed]), st.Failed)
-		require.Equal(t, int64(c[StatusStored]), st.UnitsAccepted, "failed records are not charged")
-		require.InDelta(t, 60, c[StatusFailed], 25)
+		require.Equal(t, int64(c[sink.StatusFailed]), st.Failed)
+		require.Equal(t, int64(c[sink.StatusStored]), st.UnitsAccepted, "failed records are not charged")
+		require.InDelta(t, 60, c[sink.StatusFailed], 25)
 		return out
 	}
 	require.Equal(t, run(), run(), "the same seed fails the same records")
 
-	s, _ := newTestSim(t, SimConfig{Capacity: 10, ErrorRate: 1})
+	s, _ := newTestSim(t, Config{Capacity: 10, ErrorRate: 1})
 	w, resp := post(t, s, recs("f", 3))
 	require.Equal(t, http.StatusMultiStatus, w.Code)
-	require.Equal(t, map[int]int{StatusFailed: 3}, countStatus(resp.Results))
+	require.Equal(t, map[int]int{sink.StatusFailed: 3}, countStatus(resp.Results))
 	require.Equal(t, "injected failure", resp.Results[0].Error)
 }
 
 func TestSimBytesUnitDefaultCost(t *testing.T) {
 	t.Parallel()
-	s, _ := newTestSim(t, SimConfig{Capacity: 100, Unit: ingest.UnitBytes})
+	s, _ := newTestSim(t, Config{Capacity: 100, Unit: ingest.UnitBytes})
 	value := `{"a": "0123456789"}` // 19 bytes
 	_, resp := post(t, s, `[{"id":"a","value":`+value+`},{"id":"b","cost":5,"value":{}}]`)
-	require.Equal(t, map[int]int{StatusStored: 2}, countStatus(resp.Results))
+	require.Equal(t, map[int]int{sink.StatusStored: 2}, countStatus(resp.Results))
 	require.Equal(t, int64(len(value)+5), s.Stats().UnitsAccepted)
 }
 
 func TestSimStatsEndpointAndReset(t *testing.T) {
 	t.Parallel()
-	s, clock := newTestSim(t, SimConfig{Capacity: 100})
+	s, clock := newTestSim(t, Config{Capacity: 100})
 	post(t, s, recs("a", 10))
 	clock.Advance(450 * time.Millisecond)
 	post(t, s, recs("b", 5))
 	post(t, s, recs("a", 2))
 
-	get := func(url string) SimStats {
+	get := func(url string) sink.SimStats {
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, url, nil))
 		require.Equal(t, http.StatusOK, w.Code)
-		var st SimStats
+		var st sink.SimStats
 		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &st))
 		var plain ingest.SinkStats
 		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &plain))
 		require.Equal(t, st.SinkStats, plain, "decodes as ingest.SinkStats")
 		return st
 	}
-	st := get(PathStats)
+	st := get(sink.PathStats)
 	require.Equal(t, s.Stats(), st.SinkStats)
 	require.Equal(t, int64(15), st.Accepted)
 	require.Equal(t, int64(2), st.Duplicates)
@@ -415,32 +416,32 @@ func TestSimStatsEndpointAndReset(t *testing.T) {
 	require.Equal(t, int64(10), st.MaxUnits200ms)
 	require.Nil(t, st.UnitsPer200ms)
 
-	st = get(PathStats + "?series=1")
+	st = get(sink.PathStats + "?series=1")
 	require.Equal(t, []int64{10, 0, 7}, st.UnitsPer200ms)
 	require.Equal(t, newFakeClock().Now(), st.SeriesStart.UTC())
 
 	w := httptest.NewRecorder()
-	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, PathReset, nil))
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, sink.PathReset, nil))
 	require.Equal(t, http.StatusNoContent, w.Code)
 	require.Equal(t, ingest.SinkStats{CapacityPerSec: 100}, s.Stats())
 	_, resp := post(t, s, recs("a", 100))
-	require.Equal(t, map[int]int{StatusStored: 100}, countStatus(resp.Results), "ids forgotten, bucket full")
+	require.Equal(t, map[int]int{sink.StatusStored: 100}, countStatus(resp.Results), "ids forgotten, bucket full")
 }
 
 func TestSimClockGoingBackwardsIsClamped(t *testing.T) {
 	t.Parallel()
-	s, clock := newTestSim(t, SimConfig{Capacity: 10})
+	s, clock := newTestSim(t, Config{Capacity: 10})
 	clock.Advance(time.Second)
 	post(t, s, recs("a", 10))
 	clock.Advance(-500 * time.Millisecond)
 	w, _ := post(t, s, recs("b", 1))
 	require.Equal(t, http.StatusTooManyRequests, w.Code, "no refill from a clock going back")
-	require.Equal(t, "100", w.Header().Get(HeaderRetryAfterMs))
+	require.Equal(t, "100", w.Header().Get(sink.HeaderRetryAfterMs))
 }
 
 func TestSimServeShutsDownOnCancel(t *testing.T) {
 	t.Parallel()
-	s, err := NewSim(SimConfig{Capacity: 10})
+	s, err := New(Config{Capacity: 10})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -448,12 +449,11 @@ func TestSimServeShutsDownOnCancel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
 
-	h, err := NewHTTP(HTTPConfig{URL: "http://" + ln.Addr().String()})
+	h, err := sink.NewHTTP(sink.HTTPConfig{URL: "http://" + ln.Addr().String()})
 	require.NoError(t, err)
 	res, err := h.Write(t.Context(), []ingest.Record{{ID: "a", Value: []byte(`{}`), Cost: 1}})
 	require.NoError(t, err)
 	require.Equal(t, ingest.Delivered, res[0].Outcome)
-	h.client.CloseIdleConnections()
 
 	cancel()
 	require.NoError(t, <-done)

@@ -1,4 +1,4 @@
-package ingest
+package recordtype
 
 import (
 	"cmp"
@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // ErrSinkKey is wrapped by every error NewSinkKey returns about a rule.
@@ -206,8 +208,8 @@ func scalar(raw json.RawMessage) (string, error) {
 // key when it has none), which groups records into entity-group batches. A
 // record whose key cannot be built fails with the reason (and goes to the
 // dead-letter topic).
-func (k *SinkKey) Processor() Processor {
-	return ProcessorFunc(func(rec Record) (Record, error) {
+func (k *SinkKey) Processor() ingest.Processor {
+	return ingest.ProcessorFunc(func(rec ingest.Record) (ingest.Record, error) {
 		key, err := k.Key(rec.Value)
 		if err != nil {
 			return rec, err

@@ -1,4 +1,4 @@
-package ingest
+package bulkload
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // Summary is the outcome of a bulk load, as written by --summary-json.
@@ -28,7 +30,7 @@ type Summary struct {
 	MaxUnits1sWindow    int64   `json:"max_units_1s_window"`   // most units the sink accepted in any sliding 1 s
 	MaxUnits200msWindow int64   `json:"max_units_200ms_window"`
 	// SinkStats is the sink's own report, when it keeps one.
-	SinkStats *SinkStats `json:"sink_stats,omitempty"`
+	SinkStats *ingest.SinkStats `json:"sink_stats,omitempty"`
 }
 
 // WriteText prints the summary for a person.
@@ -46,13 +48,13 @@ func (s Summary) WriteText(w io.Writer) {
 // progress reports a bulk load's advance: a bar on a terminal, log lines
 // every few seconds otherwise, both with an ETA from the leased rate.
 type progress struct {
-	cfg     BulkLoadConfig
+	cfg     Config
 	total   int64
 	bar     *progressbar.ProgressBar
 	lastLog time.Time
 }
 
-func newProgress(cfg BulkLoadConfig, total int64) *progress {
+func newProgress(cfg Config, total int64) *progress {
 	p := &progress{cfg: cfg, total: total}
 	if cfg.Bar != nil {
 		p.bar = progressbar.NewOptions64(total,
@@ -70,7 +72,7 @@ func newProgress(cfg BulkLoadConfig, total int64) *progress {
 }
 
 // update shows t; rate is the leased rate in units/s now.
-func (p *progress) update(t Totals, rate float64) {
+func (p *progress) update(t ingest.Totals, rate float64) {
 	done := t.Finished()
 	eta := p.eta(t, rate)
 	if p.bar != nil {
@@ -89,7 +91,7 @@ func (p *progress) update(t Totals, rate float64) {
 // eta is the time left at the leased rate (or the pool's capacity while
 // nothing is leased yet), assuming the remaining records cost as much on
 // average as the finished ones.
-func (p *progress) eta(t Totals, rate float64) time.Duration {
+func (p *progress) eta(t ingest.Totals, rate float64) time.Duration {
 	left := p.total - t.Finished()
 	if left <= 0 {
 		return 0

@@ -1,4 +1,4 @@
-package ingest
+package recordtype
 
 import (
 	"encoding/json"
@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 func TestLoadTypesExample(t *testing.T) {
 	t.Parallel()
-	types, err := LoadTypes(filepath.Join("..", "examples", "types.yaml"))
+	types, err := Load(filepath.Join("..", "examples", "types.yaml"))
 	require.NoError(t, err)
 	eq := types["earthquake"]
 	require.NotNil(t, eq)
@@ -34,7 +36,7 @@ func TestLoadTypesExample(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			out, err := eq.Processor().Process(Record{ID: "x", Value: []byte(tt.value)})
+			out, err := eq.Processor().Process(ingest.Record{ID: "x", Value: []byte(tt.value)})
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				return
@@ -68,8 +70,8 @@ func TestLoadTypesErrors(t *testing.T) {
 			t.Parallel()
 			p := filepath.Join(t.TempDir(), "types.yaml")
 			require.NoError(t, os.WriteFile(p, []byte(tt.yaml), 0o600))
-			_, err := LoadTypes(p)
-			require.ErrorIs(t, err, ErrRecordType)
+			_, err := Load(p)
+			require.ErrorIs(t, err, ErrInvalid)
 			require.ErrorContains(t, err, tt.wantErr)
 			require.ErrorContains(t, err, p)
 		})

@@ -1,4 +1,4 @@
-package sink
+package sinksim
 
 import (
 	"crypto/md5"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/sink"
 )
 
 // drive posts perTick records every 100 ms for d, keys from key(i), and
@@ -19,7 +21,7 @@ func drive(t *testing.T, s *Sim, clock *fakeClock, d time.Duration, perTick int,
 	var perSecond []int
 	n := 0
 	for tick := 0; time.Duration(tick)*100*time.Millisecond < d; tick++ {
-		batch := make([]WireRecord, perTick)
+		batch := make([]sink.WireRecord, perTick)
 		for j := range batch {
 			batch[j] = rec(fmt.Sprintf("r%07d", n), 0)
 			batch[j].Key = key(n)
@@ -29,7 +31,7 @@ func drive(t *testing.T, s *Sim, clock *fakeClock, d time.Duration, perTick int,
 		if tick%10 == 0 {
 			perSecond = append(perSecond, 0)
 		}
-		perSecond[len(perSecond)-1] += countStatus(resp.Results)[StatusStored]
+		perSecond[len(perSecond)-1] += countStatus(resp.Results)[sink.StatusStored]
 		clock.Advance(100 * time.Millisecond)
 	}
 	return perSecond
@@ -44,7 +46,7 @@ func hashed(i int) string {
 
 func TestRangesCapSequentialKeysAtOnePartition(t *testing.T) {
 	t.Parallel()
-	s, clock := newTestSim(t, SimConfig{Capacity: 10_000, PartitionLimit: 100, SplitAfter: 2 * time.Second, MaxPartitions: 8})
+	s, clock := newTestSim(t, Config{Capacity: 10_000, PartitionLimit: 100, SplitAfter: 2 * time.Second, MaxPartitions: 8})
 	perSecond := drive(t, s, clock, 30*time.Second, 50, sequential) // 500/s offered
 	st := s.Snapshot(false)
 	t.Logf("accepted per second %v; %d ranges after %d splits", perSecond, len(st.Partitions), st.Splits)
@@ -67,7 +69,7 @@ func TestRangesCapSequentialKeysAtOnePartition(t *testing.T) {
 
 func TestRangesLetSpreadKeysReachCapacity(t *testing.T) {
 	t.Parallel()
-	s, clock := newTestSim(t, SimConfig{Capacity: 400, PartitionLimit: 100, SplitAfter: time.Second, MaxPartitions: 16})
+	s, clock := newTestSim(t, Config{Capacity: 400, PartitionLimit: 100, SplitAfter: time.Second, MaxPartitions: 16})
 	perSecond := drive(t, s, clock, 30*time.Second, 40, hashed) // 400/s offered
 	st := s.Snapshot(false)
 	t.Logf("accepted per second %v; %d ranges", perSecond, len(st.Partitions))
@@ -87,7 +89,7 @@ func TestRangeSplitsAtTheMedianOfItsRecentKeys(t *testing.T) {
 	}
 	require.True(t, r.split(0))
 	st := r.stats()
-	require.Equal(t, []PartitionStats{{Low: "", High: "c", Accepted: 5, MaxOps1s: 5}, {Low: "c", MaxOps1s: 5}}, st, "the new half carries the last second's operations")
+	require.Equal(t, []sink.PartitionStats{{Low: "", High: "c", Accepted: 5, MaxOps1s: 5}, {Low: "c", MaxOps1s: 5}}, st, "the new half carries the last second's operations")
 	require.Equal(t, 0, r.find("bzz"))
 	require.Equal(t, 1, r.find("c"))
 	require.Equal(t, 1, r.find("zzz"))
@@ -100,14 +102,14 @@ func TestRangeSplitsAtTheMedianOfItsRecentKeys(t *testing.T) {
 
 func TestRangeThrottlesOnlyItsOwnRecords(t *testing.T) {
 	t.Parallel()
-	s, _ := newTestSim(t, SimConfig{Capacity: 1000, PartitionLimit: 2})
-	batch := []WireRecord{rec("a1", 0), rec("a2", 0), rec("a3", 0), rec("b1", 0)}
+	s, _ := newTestSim(t, Config{Capacity: 1000, PartitionLimit: 2})
+	batch := []sink.WireRecord{rec("a1", 0), rec("a2", 0), rec("a3", 0), rec("b1", 0)}
 	w, resp := post(t, s, batch)
 	require.Equal(t, http.StatusMultiStatus, w.Code)
-	require.Equal(t, []int{StatusStored, StatusStored, StatusThrottled, StatusThrottled}, []int{
+	require.Equal(t, []int{sink.StatusStored, sink.StatusStored, sink.StatusThrottled, sink.StatusThrottled}, []int{
 		resp.Results[0].Status, resp.Results[1].Status, resp.Results[2].Status, resp.Results[3].Status},
 		"one range at first: its limit of 2 holds for every key")
-	after, err := strconv.Atoi(w.Header().Get(HeaderRetryAfterMs))
+	after, err := strconv.Atoi(w.Header().Get(sink.HeaderRetryAfterMs))
 	require.NoError(t, err)
 	require.Equal(t, 1000, after, "the range frees up one second after its first admission")
 	st := s.Snapshot(false)
@@ -117,15 +119,15 @@ func TestRangeThrottlesOnlyItsOwnRecords(t *testing.T) {
 
 func TestNewSimValidatesRanges(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []SimConfig{
+	for _, cfg := range []Config{
 		{Capacity: 10, PartitionLimit: -1},
 		{Capacity: 10, PartitionLimit: 5, SplitAfter: -time.Second},
 		{Capacity: 10, PartitionLimit: 5, MaxPartitions: -2},
 	} {
-		_, err := NewSim(cfg)
+		_, err := New(cfg)
 		require.Error(t, err, "%+v", cfg)
 	}
-	s, err := NewSim(SimConfig{Capacity: 10})
+	s, err := New(Config{Capacity: 10})
 	require.NoError(t, err)
 	require.Nil(t, s.Snapshot(false).Partitions, "no ranges unless asked for")
 }

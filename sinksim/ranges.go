@@ -1,12 +1,14 @@
-package sink
+package sinksim
 
 import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/sluicehq/sluice/sink"
 )
 
-// Range partition defaults of the emulator (SimConfig.PartitionLimit and
+// Range partition defaults of the emulator (Config.PartitionLimit and
 // the fields after it).
 const (
 	// DefaultPartitionLimit is the per-range limit sink-sim applies when
@@ -151,10 +153,10 @@ func (r *ranges) split(i int) bool {
 }
 
 // stats returns the layout and counters of every range.
-func (r *ranges) stats() []PartitionStats {
-	out := make([]PartitionStats, len(r.parts))
+func (r *ranges) stats() []sink.PartitionStats {
+	out := make([]sink.PartitionStats, len(r.parts))
 	for i, p := range r.parts {
-		out[i] = PartitionStats{Low: p.low, Accepted: p.accepted, Throttled: p.throttled, MaxOps1s: p.ops.max}
+		out[i] = sink.PartitionStats{Low: p.low, Accepted: p.accepted, Throttled: p.throttled, MaxOps1s: p.ops.max}
 		if i+1 < len(r.parts) {
 			out[i].High = r.parts[i+1].low
 		}

@@ -1,4 +1,4 @@
-package sink
+package stress
 
 import (
 	"net/http/httptest"
@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // Stress against a range-partitioned emulator over HTTP finds the range's
@@ -14,14 +17,14 @@ import (
 func TestStressFindsThePartitionLimit(t *testing.T) {
 	t.Parallel()
 	const limit = 500
-	sim, err := NewSim(SimConfig{Capacity: 100_000, PartitionLimit: limit, SplitAfter: time.Hour})
+	sim, err := sinksim.New(sinksim.Config{Capacity: 100_000, PartitionLimit: limit, SplitAfter: time.Hour})
 	require.NoError(t, err)
 	srv := httptest.NewServer(sim.Handler())
 	defer srv.Close()
-	client, err := NewHTTP(HTTPConfig{URL: srv.URL})
+	client, err := sink.NewHTTP(sink.HTTPConfig{URL: srv.URL})
 	require.NoError(t, err)
 
-	rep, err := Stress(t.Context(), client, StressConfig{Start: 400, Step: 25, Max: 1000, StepEvery: time.Second, Target: 450, Prefix: "p1"})
+	rep, err := Stress(t.Context(), client, Config{Start: 400, Step: 25, Max: 1000, StepEvery: time.Second, Target: 450, Prefix: "p1"})
 	require.NoError(t, err)
 	for _, st := range rep.Steps {
 		t.Logf("%+v", st)
@@ -35,7 +38,7 @@ func TestStressFindsThePartitionLimit(t *testing.T) {
 
 func TestStressValidates(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []StressConfig{
+	for _, cfg := range []Config{
 		{Start: 10, Max: 5},
 		{Start: 10, StepEvery: time.Millisecond},
 		{Threshold: 1},

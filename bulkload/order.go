@@ -1,4 +1,4 @@
-package ingest
+package bulkload
 
 import (
 	"cmp"
@@ -6,13 +6,15 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // Rows yields a file's records in the order they are to be produced: a
 // Record, a *RowError for a malformed row (call Next again to go on), or
 // io.EOF. *FileReader is one.
 type Rows interface {
-	Next() (Record, error)
+	Next() (ingest.Record, error)
 }
 
 // DefaultInterleaveBuckets is the number of key ranges Interleave spreads
@@ -33,11 +35,11 @@ const DefaultInterleaveBuckets = 64
 // key returns a record's sink key; when it fails, or is nil, the record's
 // ID stands in. buckets ≤ 0 means DefaultInterleaveBuckets. Malformed rows
 // come first, in file order. The error is the first non-row error of rows.
-func Interleave(rows Rows, key func(Record) (string, error), buckets int) (Rows, error) {
+func Interleave(rows Rows, key func(ingest.Record) (string, error), buckets int) (Rows, error) {
 	buckets = cmp.Or(max(buckets, 0), DefaultInterleaveBuckets)
 	type keyed struct {
 		key string
-		rec Record
+		rec ingest.Record
 	}
 	var bad []error
 	var all []keyed
@@ -64,7 +66,7 @@ func Interleave(rows Rows, key func(Record) (string, error), buckets int) (Rows,
 	}
 	slices.SortStableFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
 	size := (len(all) + buckets - 1) / buckets
-	out := &orderedRows{bad: bad, recs: make([]Record, 0, len(all))}
+	out := &orderedRows{bad: bad, recs: make([]ingest.Record, 0, len(all))}
 	for i := range size {
 		for start := 0; start < len(all); start += size {
 			if start+i < min(start+size, len(all)) {
@@ -79,17 +81,17 @@ func Interleave(rows Rows, key func(Record) (string, error), buckets int) (Rows,
 // records.
 type orderedRows struct {
 	bad  []error
-	recs []Record
+	recs []ingest.Record
 }
 
-func (o *orderedRows) Next() (Record, error) {
+func (o *orderedRows) Next() (ingest.Record, error) {
 	if len(o.bad) > 0 {
 		err := o.bad[0]
 		o.bad = o.bad[1:]
-		return Record{}, err
+		return ingest.Record{}, err
 	}
 	if len(o.recs) == 0 {
-		return Record{}, io.EOF
+		return ingest.Record{}, io.EOF
 	}
 	rec := o.recs[0]
 	o.recs = o.recs[1:]

@@ -1,4 +1,4 @@
-package sink
+package stress
 
 import (
 	"cmp"
@@ -15,8 +15,8 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 )
 
-// StressConfig configures Stress. Rates are in records/s.
-type StressConfig struct {
+// Config configures Stress. Rates are in records/s.
+type Config struct {
 	// Start is the first step's rate; default 100.
 	Start float64
 	// Step is added to the rate at every step; default Start.
@@ -45,8 +45,8 @@ type StressConfig struct {
 	Logger *slog.Logger
 }
 
-// StressStep is one step of a stress run.
-type StressStep struct {
+// Step is one step of a stress run.
+type Step struct {
 	Rate      float64 `json:"rate"`      // offered, records/s
 	Sent      int64   `json:"sent"`      // records written
 	Accepted  int64   `json:"accepted"`  // stored (or duplicates)
@@ -59,10 +59,10 @@ type StressStep struct {
 	Held bool `json:"held"`
 }
 
-// StressReport is the outcome of a stress run.
-type StressReport struct {
-	Prefix string       `json:"prefix"`
-	Steps  []StressStep `json:"steps"`
+// Report is the outcome of a stress run.
+type Report struct {
+	Prefix string `json:"prefix"`
+	Steps  []Step `json:"steps"`
 	// Highest is the most records/s the partition accepted over a whole
 	// step. Once the offered rate passes the partition's limit, the
 	// partition accepts at its limit and throttles the rest, so at a
@@ -89,7 +89,7 @@ type StressReport struct {
 // Records are not retried: each is counted once as accepted, throttled or
 // failed. It returns the report so far with ctx's cause when ctx is done,
 // and an error when the configuration is invalid.
-func Stress(ctx context.Context, s ingest.Sink, cfg StressConfig) (StressReport, error) {
+func Stress(ctx context.Context, s ingest.Sink, cfg Config) (Report, error) {
 	cfg.Start = cmp.Or(cfg.Start, 100)
 	cfg.Step = cmp.Or(cfg.Step, cfg.Start)
 	cfg.Max = cmp.Or(cfg.Max, 100_000)
@@ -103,14 +103,14 @@ func Stress(ctx context.Context, s ingest.Sink, cfg StressConfig) (StressReport,
 	}
 	switch {
 	case !(cfg.Start > 0) || !(cfg.Step > 0) || !(cfg.Max >= cfg.Start):
-		return StressReport{}, fmt.Errorf("sink: stress: want start > 0, step > 0 and max ≥ start (got %v, %v, %v)", cfg.Start, cfg.Step, cfg.Max)
+		return Report{}, fmt.Errorf("sink: stress: want start > 0, step > 0 and max ≥ start (got %v, %v, %v)", cfg.Start, cfg.Step, cfg.Max)
 	case cfg.StepEvery < time.Second:
-		return StressReport{}, fmt.Errorf("sink: stress: step-every %v is under 1 s", cfg.StepEvery)
+		return Report{}, fmt.Errorf("sink: stress: step-every %v is under 1 s", cfg.StepEvery)
 	case cfg.BatchSize < 1 || cfg.Concurrency < 1 || cfg.Threshold < 0 || cfg.Threshold >= 1 || cfg.Target < 0:
-		return StressReport{}, errors.New("sink: stress: batch size and concurrency must be ≥ 1, threshold in [0, 1), target ≥ 0")
+		return Report{}, errors.New("sink: stress: batch size and concurrency must be ≥ 1, threshold in [0, 1), target ≥ 0")
 	}
 	d := &stressDriver{sink: s, cfg: cfg, inflight: make(chan struct{}, cfg.Concurrency)}
-	rep := StressReport{Prefix: cfg.Prefix, Target: cfg.Target, StoppedBy: "max"}
+	rep := Report{Prefix: cfg.Prefix, Target: cfg.Target, StoppedBy: "max"}
 	for rate := cfg.Start; rate <= cfg.Max+1e-9; rate += cfg.Step {
 		step, err := d.step(ctx, rate)
 		rep.Steps = append(rep.Steps, step)
@@ -133,7 +133,7 @@ func Stress(ctx context.Context, s ingest.Sink, cfg StressConfig) (StressReport,
 	return rep, nil
 }
 
-func (r *StressReport) finish() {
+func (r *Report) finish() {
 	for _, st := range r.Steps {
 		r.Highest = max(r.Highest, st.AcceptedPerSec)
 	}
@@ -151,15 +151,15 @@ const stressSlice = 100 * time.Millisecond
 
 type stressDriver struct {
 	sink     ingest.Sink
-	cfg      StressConfig
+	cfg      Config
 	seq      int64
 	inflight chan struct{}
 }
 
 // step offers rate records/s for StepEvery and counts the outcomes, after
 // the step's last write has returned.
-func (d *stressDriver) step(ctx context.Context, rate float64) (StressStep, error) {
-	st := StressStep{Rate: rate}
+func (d *stressDriver) step(ctx context.Context, rate float64) (Step, error) {
+	st := Step{Rate: rate}
 	var accepted, throttled, failed atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
