@@ -24,7 +24,9 @@
 # cluster's metadata with the broker's own tools (kafka-storage format
 # --add-scram on fresh storage, else kafka-configs --alter). It prints the
 # listeners, the certificate files and the user. A broker already running
-# in the other mode is not changed: stop it first. The plaintext listener,
+# in the other mode, or with another user or password, is not changed:
+# stop it first (SCRAM credentials of kept storage are updated at the next
+# secured start). The plaintext listener,
 # the controller and their ports are the same in both modes.
 #
 # The broker runs in KRaft mode (combined broker + controller, node.id 1) and
@@ -388,14 +390,17 @@ ensure_scram_users() {
   tool="$(find_class kafka.admin.ConfigCommand org.apache.kafka.tools.ConfigCommand)" \
     || die "no ConfigCommand class in $LIBS"
   log "storing SCRAM-SHA-256 and SCRAM-SHA-512 credentials of user '$SASL_USERNAME' (kafka-configs)"
+  # One mechanism per request: Kafka refuses two credentials of one user
+  # in the same request.
   local config
-  config="$(scram_args "" | paste -sd, -)"
-  if ! run_with_timeout 60 "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" "$tool" \
-      --bootstrap-server "$HOST:$PORT" --alter --entity-type users --entity-name "$SASL_USERNAME" \
-      --add-config "$config" >"$LOG_DIR/scram.out" 2>&1; then
-    redact_password <"$LOG_DIR/scram.out" >&2
-    die "kafka-configs could not store the SCRAM credentials"
-  fi
+  while IFS= read -r config; do
+    if ! run_with_timeout 60 "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" "$tool" \
+        --bootstrap-server "$HOST:$PORT" --alter --entity-type users --entity-name "$SASL_USERNAME" \
+        --add-config "$config" >"$LOG_DIR/scram.out" 2>&1; then
+      redact_password <"$LOG_DIR/scram.out" >&2
+      die "kafka-configs could not store the SCRAM credentials"
+    fi
+  done < <(scram_args "")
   scram_stamp >"$SCRAM_STAMP"
 }
 
@@ -498,6 +503,8 @@ do_start() {
         die "already running (pid $pid) on $HOST:$PORT without the secured listeners: run '$0 stop' first"
       elif ! secure && running_secure; then
         die "already running (pid $pid) on $HOST:$PORT with the secured listeners: run '$0 stop' first, or set SLUICE_KAFKA_SECURE=1"
+      elif secure && ! grep -qF "user_$SASL_USERNAME=\"$SASL_PASSWORD\";" "$PROPS"; then
+        die "already running (pid $pid) on $HOST:$PORT with another SASL user or password: run '$0 stop' first"
       fi
       log "already running (pid $pid) on $HOST:$PORT"
       return 0

@@ -23,7 +23,8 @@
 #   - a Sentinel (redis-server --sentinel) on the Sentinel port monitoring
 #     the server as master SLUICE_REDIS_SENTINEL_MASTER ("sluice").
 # It prints the URLs, the user, the certificate files and the Sentinel. A
-# server already running in the other mode is not changed: stop it first.
+# server already running in the other mode, or with another user or
+# password, is not changed: stop it first.
 # stop stops the Sentinel too.
 #
 # Environment:
@@ -139,6 +140,8 @@ start() {
       die "already running on $HOST:$PORT (pid $p) without the secured mode: run '$0 stop' first"
     elif ! secure && admin_password >/dev/null; then
       die "already running on $HOST:$PORT (pid $p) in the secured mode: run '$0 stop' first, or set SLUICE_REDIS_SECURE=1"
+    elif secure && ! grep -qF "user $ACL_USER on >$ACL_PASSWORD " "$CONFFILE" 2>/dev/null; then
+      die "already running on $HOST:$PORT (pid $p) with another ACL user or password: run '$0 stop' first"
     fi
     log "already running on $HOST:$PORT (pid $p)"
     if secure; then
