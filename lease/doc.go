@@ -124,6 +124,34 @@
 // live on standalone Redis masters (not Redis Cluster). Status reads the
 // same keys for `sluice pool status`.
 //
+// # Connecting to Redis
+//
+// RedisConfig describes the Redis that holds the pools as managed Redis
+// (ElastiCache with AUTH or ACL users and in-transit encryption, Azure
+// Cache for Redis, Redis Cloud) or Sentinel asks: "host:port" addresses
+// or redis:// and rediss:// URLs (go-redis's ParseURL: user, password,
+// database, TLS), several of them being independent masters forming a
+// Redlock quorum; an ACL username and a password given apart (from the
+// environment or a file; a URL's own credentials win); a CA file, a client
+// certificate and key, a server name for TLS; or a Sentinel master name
+// and Sentinel addresses instead of addresses, for go-redis's failover
+// client. NewRedisClients validates it and returns the
+// []redis.UniversalClient that New, EnsurePool, SetPool and Status take;
+// PingRedis checks them at start-up and returns *RedisError values that
+// name each address (passwords redacted) and say "authentication failed"
+// for a wrong password or disabled user, "permission denied" for an ACL
+// refusal, "TLS handshake failed" for a certificate that does not verify.
+// It passes when a quorum answers and none answered with such a mistake.
+// Passwords never appear in errors, String, GoString or LogValue output.
+//
+// An ACL user needs only its pools' keys and these command groups (Redis
+// 7; the Lua scripts' commands are checked one by one, so the key pattern
+// applies inside them too):
+//
+//	user sluice on >PASSWORD resetkeys ~sluice:* resetchannels -@all +@read +@write +@scripting +@transaction +@connection -@dangerous
+//
+// with the default prefix "sluice" (a Config.Prefix of "p" needs ~p:*).
+//
 // # In-process Redis
 //
 // For --embedded, miniredis (v2.40.0 and later) with ClockTTL(true) makes

@@ -17,45 +17,50 @@ var ErrUnknownTopic = errors.New("queue: unknown topic")
 // adminTimeout bounds each admin call whose ctx has no earlier deadline.
 const adminTimeout = 30 * time.Second
 
-// Admin reads offsets for a bulk load's progress; it implements
-// ingest.Offsets. The zero value is unusable: set Brokers.
+// Admin creates topics and reads offsets and groups (for a bulk load's
+// progress, readiness, tests); it implements ingest.Offsets. The
+// package-level functions of the same names are an Admin with a zero Conn
+// (PLAINTEXT). The zero value is unusable: set Brokers.
 type Admin struct {
 	// Brokers are the bootstrap brokers, "host:port". Required.
 	Brokers []string
+	// Conn is how to connect: TLS and SASL. Default: the zero Conn,
+	// PLAINTEXT.
+	Conn Conn
 }
 
 var _ ingest.Offsets = Admin{}
 
-// EndOffsets returns EndOffsets(ctx, a.Brokers, topic).
-func (a Admin) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
-	return EndOffsets(ctx, a.Brokers, topic)
-}
-
-// CommittedOffsets returns CommittedOffsets(ctx, a.Brokers, group, topic).
-func (a Admin) CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error) {
-	return CommittedOffsets(ctx, a.Brokers, group, topic)
-}
-
 // Ping asks the brokers for the cluster's metadata: nil when one answers
-// within the admin timeout (readiness).
+// within the admin timeout (readiness). A TLS or SASL failure is a
+// *BrokerError. At start-up, prefer Check, which tries every broker.
 func (a Admin) Ping(ctx context.Context) error {
-	return withClient(ctx, a.Brokers, func(ctx context.Context, c *kafka.Client) error {
+	return a.withClient(ctx, func(ctx context.Context, c *kafka.Client) error {
 		_, err := c.Metadata(ctx, &kafka.MetadataRequest{})
 		return err
 	})
 }
 
+// Check returns Check(ctx, a.Brokers, a.Conn).
+func (a Admin) Check(ctx context.Context) error { return Check(ctx, a.Brokers, a.Conn) }
+
 // withClient runs fn with a kafka-go client of its own, closing its
-// connections afterwards. Each call is bounded by adminTimeout.
-func withClient(ctx context.Context, brokers []string, fn func(context.Context, *kafka.Client) error) error {
-	if len(brokers) == 0 {
+// connections afterwards. Each call is bounded by adminTimeout. A TLS or
+// SASL failure comes back as a *BrokerError.
+func (a Admin) withClient(ctx context.Context, fn func(context.Context, *kafka.Client) error) error {
+	if len(a.Brokers) == 0 {
 		return fmt.Errorf("%w: no brokers", ErrInvalidConfig)
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	transport := &kafka.Transport{}
+	transport := a.Conn.Transport()
 	defer transport.CloseIdleConnections()
-	return fn(ctx, &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport})
+	return a.Conn.annotate(a.Brokers, fn(ctx, &kafka.Client{Addr: kafka.TCP(a.Brokers...), Transport: transport}))
+}
+
+// EnsureTopic returns Admin{Brokers: brokers}.EnsureTopic(ctx, topic, partitions).
+func EnsureTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
+	return Admin{Brokers: brokers}.EnsureTopic(ctx, topic, partitions)
 }
 
 // EnsureTopic creates topic with partitions partitions and the broker's
@@ -63,14 +68,14 @@ func withClient(ctx context.Context, brokers []string, fn func(context.Context, 
 // as it is, whatever its partition count), and waits until every partition
 // has a leader. Idempotent; use it for "<topic>.dlq" too. Bounded by ctx and
 // 30 s.
-func EnsureTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
+func (a Admin) EnsureTopic(ctx context.Context, topic string, partitions int) error {
 	if topic == "" {
 		return fmt.Errorf("ensure topic: %w", ErrNoTopic)
 	}
 	if partitions < 1 {
 		return fmt.Errorf("ensure topic %q: %w: partitions must be ≥ 1 (got %d)", topic, ErrInvalidConfig, partitions)
 	}
-	return withClient(ctx, brokers, func(ctx context.Context, c *kafka.Client) error {
+	return a.withClient(ctx, func(ctx context.Context, c *kafka.Client) error {
 		res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 			Topic: topic, NumPartitions: partitions, ReplicationFactor: -1,
 		}}})
@@ -131,12 +136,17 @@ func partitionsOf(ctx context.Context, c *kafka.Client, topic string) ([]int, er
 	return nil, fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
 }
 
+// EndOffsets returns Admin{Brokers: brokers}.EndOffsets(ctx, topic).
+func EndOffsets(ctx context.Context, brokers []string, topic string) (map[int]int64, error) {
+	return Admin{Brokers: brokers}.EndOffsets(ctx, topic)
+}
+
 // EndOffsets returns the high watermark of each partition of topic (the
 // offset the next produced record gets; every record below it is readable).
 // It fails, wrapping ErrUnknownTopic, when the topic does not exist.
-func EndOffsets(ctx context.Context, brokers []string, topic string) (map[int]int64, error) {
+func (a Admin) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
 	var out map[int]int64
-	err := withClient(ctx, brokers, func(ctx context.Context, c *kafka.Client) error {
+	err := a.withClient(ctx, func(ctx context.Context, c *kafka.Client) error {
 		ids, err := partitionsOf(ctx, c, topic)
 		if err != nil {
 			return err
@@ -164,16 +174,21 @@ func EndOffsets(ctx context.Context, brokers []string, topic string) (map[int]in
 	return out, err
 }
 
+// CommittedOffsets returns Admin{Brokers: brokers}.CommittedOffsets(ctx, group, topic).
+func CommittedOffsets(ctx context.Context, brokers []string, group, topic string) (map[int]int64, error) {
+	return Admin{Brokers: brokers}.CommittedOffsets(ctx, group, topic)
+}
+
 // CommittedOffsets returns group's committed offset ("next offset to read")
 // of each partition of topic; a partition without a committed offset is
 // absent from the map. It fails, wrapping ErrUnknownTopic, when the topic
 // does not exist; an unknown group has no committed offsets.
-func CommittedOffsets(ctx context.Context, brokers []string, group, topic string) (map[int]int64, error) {
+func (a Admin) CommittedOffsets(ctx context.Context, group, topic string) (map[int]int64, error) {
 	if group == "" {
 		return nil, fmt.Errorf("%w: no consumer group", ErrInvalidConfig)
 	}
 	var out map[int]int64
-	err := withClient(ctx, brokers, func(ctx context.Context, c *kafka.Client) error {
+	err := a.withClient(ctx, func(ctx context.Context, c *kafka.Client) error {
 		ids, err := partitionsOf(ctx, c, topic)
 		if err != nil {
 			return err
@@ -205,16 +220,16 @@ func CommittedOffsets(ctx context.Context, brokers []string, group, topic string
 	return out, err
 }
 
-// GroupMembers returns GroupMembers(ctx, a.Brokers, group).
-func (a Admin) GroupMembers(ctx context.Context, group string) (members int, stable bool, err error) {
-	return GroupMembers(ctx, a.Brokers, group)
+// GroupMembers returns Admin{Brokers: brokers}.GroupMembers(ctx, group).
+func GroupMembers(ctx context.Context, brokers []string, group string) (members int, stable bool, err error) {
+	return Admin{Brokers: brokers}.GroupMembers(ctx, group)
 }
 
 // GroupMembers returns how many members a consumer group has and whether it
 // is stable (every member has its assignment; not rebalancing). A group
 // that does not exist yet has 0 members.
-func GroupMembers(ctx context.Context, brokers []string, group string) (members int, stable bool, err error) {
-	err = withClient(ctx, brokers, func(ctx context.Context, c *kafka.Client) error {
+func (a Admin) GroupMembers(ctx context.Context, group string) (members int, stable bool, err error) {
+	err = a.withClient(ctx, func(ctx context.Context, c *kafka.Client) error {
 		res, err := c.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
 		if err != nil {
 			return fmt.Errorf("describe group %q: %w", group, err)

@@ -65,6 +65,32 @@
 // EndOffsets and CommittedOffsets (and Admin, for ingest.Offsets) read high
 // watermarks and a group's committed offsets.
 //
+// # Security: TLS and SASL
+//
+// Managed Kafka (Confluent Cloud, Amazon MSK, Azure Event Hubs, Aiven) wants
+// TLS, usually with SASL PLAIN or SCRAM, sometimes a client certificate.
+// Security holds those settings (CA file, client certificate and key,
+// server name, SASL mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512,
+// username, password); NewConn validates it, reads its files and returns a
+// Conn: the *tls.Config and kafka-go sasl.Mechanism (kafka-go's sasl/plain
+// and sasl/scram) that every connection uses. Conn.Dialer and
+// Conn.Transport build the kafka-go Dialer (Reader) and Transport (Writer,
+// Client). SourceConfig, ProducerConfig (Producer and DeadLetterWriter) and
+// Admin each have a Conn field; its zero value is PLAINTEXT, as before. The
+// package-level EnsureTopic, EndOffsets, CommittedOffsets and GroupMembers
+// are an Admin with a zero Conn: use Admin's methods of the same names for
+// a secured cluster.
+//
+// Check connects to the bootstrap brokers and then to every broker their
+// metadata lists, step by step (TCP, TLS handshake, SASL authentication,
+// metadata request), and returns a *BrokerError naming the broker, the
+// failed step and the connection (protocol, mechanism, user) — a command
+// calls it at start-up and exits on error, because kafka-go's Reader
+// retries a wrong password for ever, logging only. Admin's calls, Produce
+// and DeadLetter wrap a TLS or SASL failure in a *BrokerError too. A wrong
+// password fails in about a second (the broker's own delay). Passwords
+// never appear in errors, String, GoString or LogValue output.
+//
 // StartEmbedded runs franz-go's kfake, a Kafka-protocol broker in memory,
 // on 127.0.0.1, for --embedded and for tests; the tests run against a real
 // broker instead when SLUICE_TEST_BROKERS is set.

@@ -21,6 +21,10 @@ var ErrNoTopic = errors.New("queue: no topic")
 type ProducerConfig struct {
 	// Brokers are the bootstrap brokers, "host:port". Required.
 	Brokers []string
+	// Conn is how to connect: TLS and SASL. A TLS or SASL failure makes
+	// Produce and DeadLetter fail with a *BrokerError. Default: the zero
+	// Conn, PLAINTEXT.
+	Conn Conn
 	// BatchTimeout is how long the writer waits to fill a batch before
 	// sending it. Default 5 ms (short: Produce is synchronous, so this is
 	// latency added to each call).
@@ -72,6 +76,8 @@ func (cfg *ProducerConfig) fill() error {
 type Producer struct {
 	w         *kafka.Writer
 	transport *kafka.Transport
+	brokers   []string
+	conn      Conn
 }
 
 var _ ingest.Producer = (*Producer)(nil)
@@ -81,13 +87,15 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	transport := &kafka.Transport{}
+	transport := cfg.Conn.Transport()
 	var balancer kafka.Balancer = kafka.Murmur2Balancer{}
 	if cfg.RoundRobin {
 		balancer = &kafka.RoundRobin{}
 	}
 	return &Producer{
 		transport: transport,
+		brokers:   cfg.Brokers,
+		conn:      cfg.Conn,
 		w: &kafka.Writer{
 			Addr:         kafka.TCP(cfg.Brokers...),
 			Balancer:     balancer,
@@ -122,7 +130,7 @@ func (p *Producer) Produce(ctx context.Context, topic string, recs []ingest.Reco
 		msgs[i] = message(topic, rec)
 	}
 	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
-		return fmt.Errorf("produce %d records to topic %q: %w", len(recs), topic, err)
+		return fmt.Errorf("produce %d records to topic %q: %w", len(recs), topic, p.conn.annotate(p.brokers, err))
 	}
 	return nil
 }
@@ -188,7 +196,7 @@ func (d *DeadLetterWriter) DeadLetter(ctx context.Context, rec ingest.Record, re
 	}
 	topic := DeadLetterTopic(rec.Pos.Topic)
 	if err := d.p.w.WriteMessages(ctx, message(topic, rec, headers...)); err != nil {
-		return fmt.Errorf("dead-letter record %q from %s to topic %q: %w", rec.ID, rec.Pos, topic, err)
+		return fmt.Errorf("dead-letter record %q from %s to topic %q: %w", rec.ID, rec.Pos, topic, d.p.conn.annotate(d.p.brokers, err))
 	}
 	return nil
 }

@@ -39,6 +39,10 @@ var (
 type SourceConfig struct {
 	// Brokers are the bootstrap brokers, "host:port". Required.
 	Brokers []string
+	// Conn is how to connect: TLS and SASL. kafka-go's Reader retries a
+	// connection that fails, logging only: call Check first to fail fast.
+	// Default: the zero Conn, PLAINTEXT.
+	Conn Conn
 	// Topic is the topic to consume. Required.
 	Topic string
 	// Group is the consumer group; its members share the topic's
@@ -138,6 +142,10 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	}
 	log := cfg.Logger.With("topic", cfg.Topic, "group", cfg.Group)
 	clientID := "sluice-" + rand.Text()[:16]
+	dialer := cfg.Conn.Dialer()
+	dialer.ClientID = clientID
+	transport := cfg.Conn.Transport()
+	transport.ClientID = clientID
 	rc := kafka.ReaderConfig{
 		Brokers:           cfg.Brokers,
 		GroupID:           cfg.Group,
@@ -151,7 +159,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		SessionTimeout:    cfg.SessionTimeout,
 		CommitInterval:    0, // synchronous, explicit commits only
 		StartOffset:       kafka.FirstOffset,
-		Dialer:            &kafka.Dialer{ClientID: clientID, Timeout: 10 * time.Second, DualStack: true},
+		Dialer:            dialer,
 		Logger:            kafkaLogger(log, slog.LevelDebug),
 		ErrorLogger:       kafkaLogger(log, slog.LevelWarn),
 	}
@@ -162,7 +170,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	}
 	return &Source{
 		cfg: cfg, log: log, reader: kafka.NewReader(rc), tracker: tracker, clientID: clientID,
-		admin: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: &kafka.Transport{ClientID: clientID}},
+		admin: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: transport},
 	}, nil
 }
 

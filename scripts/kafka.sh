@@ -8,6 +8,27 @@
 #   scripts/kafka.sh stop     SIGTERM, then SIGKILL after 20 s
 #   scripts/kafka.sh status   print "running ..." (exit 0) or "stopped" (exit 3)
 #
+# Secured listeners (opt-in): SLUICE_KAFKA_SECURE=1 scripts/kafka.sh start
+# starts the same broker with three more listeners beside the plaintext one,
+# all on 127.0.0.1, for testing what managed Kafka asks of a client:
+#
+#   SASL_SSL  client port + 2  TLS, then SASL PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+#   SSL       client port + 3  TLS only
+#   MTLS      client port + 4  TLS with a client certificate required (mTLS)
+#
+# It makes a test CA, a broker certificate (subjectAltName 127.0.0.1 and
+# localhost) and a client certificate with openssl (scripts/tls.sh) in the
+# broker's tls/ folder, and one SASL user (SLUICE_KAFKA_SASL_USERNAME,
+# "sluice") that every mechanism accepts: PLAIN from the listener's JAAS
+# configuration, SCRAM-SHA-256 and SCRAM-SHA-512 credentials stored in the
+# cluster's metadata with the broker's own tools (kafka-storage format
+# --add-scram on fresh storage, else kafka-configs --alter). It prints the
+# listeners, the certificate files and the user. A broker already running
+# in the other mode, or with another user or password, is not changed:
+# stop it first (SCRAM credentials of kept storage are updated at the next
+# secured start). The plaintext listener,
+# the controller and their ports are the same in both modes.
+#
 # The broker runs in KRaft mode (combined broker + controller, node.id 1) and
 # listens on 127.0.0.1 only. The jars come from Maven Central through mvn
 # (see scripts/kafka/pom.xml, which pins the Kafka version); there is no
@@ -19,6 +40,12 @@
 #   SLUICE_KAFKA_WAIT             readiness timeout, seconds  (90)
 #   SLUICE_KAFKA_FRESH=1          start: wipe the broker's data first
 #   SLUICE_KAFKA_HEAP_OPTS        broker heap                 (-Xms128m -Xmx512m)
+#   SLUICE_KAFKA_SECURE=1         start: add the secured listeners above
+#   SLUICE_KAFKA_SASL_SSL_PORT    SASL_SSL listener           (client port + 2)
+#   SLUICE_KAFKA_SSL_PORT         SSL listener                (client port + 3)
+#   SLUICE_KAFKA_MTLS_PORT        mTLS listener               (client port + 4)
+#   SLUICE_KAFKA_SASL_USERNAME    the SASL user               (sluice)
+#   SLUICE_KAFKA_SASL_PASSWORD    its password                (sluice-test-password)
 #   SLUICE_CACHE                  cache root                  (<repo>/.cache)
 #   SLUICE_MVN_ARGS               extra mvn arguments, e.g. -o or
 #                                 -Dmaven.repo.local=... for a CI cache
@@ -28,6 +55,10 @@
 #   libs/                  broker + tools jars, shared, reused between runs
 #   broker-<port>/         one broker: server.properties, kafka.pid,
 #     data/                log.dirs (KRaft metadata log + topic data)
+#     tls/                 secured mode: ca.pem (the CA clients trust), client.crt
+#                          and client.key (the mTLS client), server.crt/.key and
+#                          keystore.pem (the broker's)
+#     scram.stamp          secured mode: a checksum of the SCRAM user and password stored
 #     logs/server.log      the broker's log; logs/kafka.out is the JVM's stdout/stderr
 
 set -euo pipefail
@@ -47,6 +78,14 @@ HEAP_OPTS="${SLUICE_KAFKA_HEAP_OPTS:--Xms128m -Xmx512m}"
 NODE_ID=1
 HOST=127.0.0.1
 
+SECURE="${SLUICE_KAFKA_SECURE:-0}"
+SASL_SSL_PORT="${SLUICE_KAFKA_SASL_SSL_PORT:-$((PORT + 2))}"
+SSL_PORT="${SLUICE_KAFKA_SSL_PORT:-$((PORT + 3))}"
+MTLS_PORT="${SLUICE_KAFKA_MTLS_PORT:-$((PORT + 4))}"
+SASL_USERNAME="${SLUICE_KAFKA_SASL_USERNAME:-sluice}"
+DEFAULT_SASL_PASSWORD=sluice-test-password
+SASL_PASSWORD="${SLUICE_KAFKA_SASL_PASSWORD:-$DEFAULT_SASL_PASSWORD}"
+
 CACHE="${SLUICE_CACHE:-$ROOT/.cache}"
 mkdir -p "$CACHE" && CACHE="$(cd "$CACHE" && pwd)" # absolute: it ends up in the broker's command line
 KAFKA_CACHE="$CACHE/kafka"
@@ -56,6 +95,8 @@ DATA_DIR="$BROKER_DIR/data"
 LOG_DIR="$BROKER_DIR/logs"
 PROPS="$BROKER_DIR/server.properties"
 PIDFILE="$BROKER_DIR/kafka.pid"
+TLS_DIR="$BROKER_DIR/tls"
+SCRAM_STAMP="$BROKER_DIR/scram.stamp"
 
 if [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then
   JAVA="$JAVA_HOME/bin/java"
@@ -72,6 +113,9 @@ TOOL_JVM_OPTS=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
 
 log() { echo "kafka: $*" >&2; }
 die() { echo "kafka: error: $*" >&2; exit 1; }
+
+# shellcheck source=tls.sh
+source "$ROOT/scripts/tls.sh"
 
 # kafka_version prints the Kafka version pinned in the pom.
 kafka_version() {
@@ -223,16 +267,28 @@ ensure_libs() {
 # changed port or setting takes effect; the data folder is kept).
 write_config() {
   mkdir -p "$DATA_DIR" "$LOG_DIR"
+  local listeners="PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT"
+  local advertised="PLAINTEXT://$HOST:$PORT"
+  local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  if secure; then
+    local extra="SASL_SSL://$HOST:$SASL_SSL_PORT,SSL://$HOST:$SSL_PORT,MTLS://$HOST:$MTLS_PORT"
+    listeners="$listeners,$extra"
+    advertised="$advertised,$extra"
+    protocols="$protocols,SASL_SSL:SASL_SSL,SSL:SSL,MTLS:SSL"
+  fi
+  # It may hold the PLAIN password: readable by the owner only.
+  rm -f "$PROPS"
+  (umask 077 && : >"$PROPS")
   cat >"$PROPS" <<EOF
 # Generated by scripts/kafka.sh on every start; edits are overwritten.
 process.roles=broker,controller
 node.id=$NODE_ID
 controller.quorum.voters=$NODE_ID@$HOST:$CONTROLLER_PORT
 controller.listener.names=CONTROLLER
-listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$PORT
+listeners=$listeners
+advertised.listeners=$advertised
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$DATA_DIR
 
 # One node: every internal topic has a single replica.
@@ -253,6 +309,111 @@ delete.topic.enable=true
 num.partitions=1
 default.replication.factor=1
 EOF
+  if secure; then
+    cat >>"$PROPS" <<EOF
+
+# Secured listeners (SLUICE_KAFKA_SECURE=1). TLS from PEM files made by
+# scripts/tls.sh; MTLS requires a client certificate signed by the same CA.
+ssl.keystore.type=PEM
+ssl.keystore.location=$TLS_DIR/keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS_DIR/ca.pem
+ssl.client.auth=none
+listener.name.mtls.ssl.client.auth=required
+# SASL on SASL_SSL: PLAIN users are listed here; SCRAM users are stored in
+# the cluster's metadata (kafka-storage format --add-scram, kafka-configs).
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USERNAME="$SASL_PASSWORD";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+EOF
+  fi
+}
+
+# secure succeeds in secured mode (SLUICE_KAFKA_SECURE=1).
+secure() { [[ "$SECURE" == 1 ]]; }
+
+# running_secure succeeds when the running broker's configuration has the
+# secured listeners.
+running_secure() { grep -q '^listeners=.*SASL_SSL://' "$PROPS" 2>/dev/null; }
+
+# check_credentials refuses a user or password that would break the
+# broker's JAAS or SCRAM syntax.
+check_credentials() {
+  [[ "$SASL_USERNAME" =~ ^[A-Za-z0-9._-]+$ ]] \
+    || die "SLUICE_KAFKA_SASL_USERNAME must be letters, digits, '.', '_' or '-' (got '$SASL_USERNAME')"
+  local bad='[][ ",=\\]'
+  [[ -n "$SASL_PASSWORD" && ! "$SASL_PASSWORD" =~ $bad ]] \
+    || die "SLUICE_KAFKA_SASL_PASSWORD must be non-empty, without spaces, quotes, backslashes, ',', '=', '[' or ']'"
+}
+
+# prepare_tls makes the certificates and the broker's PEM key store (its
+# key, its certificate and the CA, in one file).
+prepare_tls() {
+  make_test_certs "$TLS_DIR"
+  (umask 077 && cat "$TLS_DIR/server.key" "$TLS_DIR/server.crt" "$TLS_DIR/ca.pem" >"$TLS_DIR/keystore.pem")
+}
+
+# scram_stamp prints what SCRAM_STAMP holds when the user's credentials are
+# stored: a checksum of the user and password, never the password.
+scram_stamp() {
+  printf '%s\n%s\n' "$SASL_USERNAME" "$SASL_PASSWORD" | cksum | cut -d' ' -f1
+}
+
+# scram_args prints the SCRAM credentials in the bracket syntax of Kafka's
+# tools, one mechanism per line, with PREFIX (name=USER, for the storage
+# tool) inside the brackets.
+scram_args() {
+  local prefix="$1" mech
+  for mech in SCRAM-SHA-256 SCRAM-SHA-512; do
+    echo "$mech=[${prefix}password=$SASL_PASSWORD]"
+  done
+}
+
+# redact_password prints stdin with the SASL password masked.
+redact_password() {
+  local line
+  while IFS= read -r line; do
+    echo "${line//"$SASL_PASSWORD"/***}"
+  done
+}
+
+# ensure_scram_users stores the SCRAM credentials with kafka-configs when
+# the storage holds none or other ones (a data folder formatted before, in
+# plaintext mode or with another password). The running broker applies them
+# through its controller.
+ensure_scram_users() {
+  if [[ -f "$SCRAM_STAMP" && "$(cat "$SCRAM_STAMP")" == "$(scram_stamp)" ]]; then
+    return 0
+  fi
+  local tool
+  tool="$(find_class kafka.admin.ConfigCommand org.apache.kafka.tools.ConfigCommand)" \
+    || die "no ConfigCommand class in $LIBS"
+  log "storing SCRAM-SHA-256 and SCRAM-SHA-512 credentials of user '$SASL_USERNAME' (kafka-configs)"
+  # One mechanism per request: Kafka refuses two credentials of one user
+  # in the same request.
+  local config
+  while IFS= read -r config; do
+    if ! run_with_timeout 60 "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" "$tool" \
+        --bootstrap-server "$HOST:$PORT" --alter --entity-type users --entity-name "$SASL_USERNAME" \
+        --add-config "$config" >"$LOG_DIR/scram.out" 2>&1; then
+      redact_password <"$LOG_DIR/scram.out" >&2
+      die "kafka-configs could not store the SCRAM credentials"
+    fi
+  done < <(scram_args "")
+  scram_stamp >"$SCRAM_STAMP"
+}
+
+# print_secure tells a client how to connect to the secured listeners.
+print_secure() {
+  local pw="from SLUICE_KAFKA_SASL_PASSWORD"
+  [[ -z "${SLUICE_KAFKA_SASL_PASSWORD:-}" ]] && pw="$DEFAULT_SASL_PASSWORD (the default; set SLUICE_KAFKA_SASL_PASSWORD)"
+  log "SASL_SSL  $HOST:$SASL_SSL_PORT  TLS + SASL PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+  log "SSL       $HOST:$SSL_PORT  TLS only"
+  log "MTLS      $HOST:$MTLS_PORT  TLS with a client certificate required"
+  log "SASL user $SASL_USERNAME, password $pw"
+  log "CA        $TLS_DIR/ca.pem"
+  log "client    $TLS_DIR/client.crt $TLS_DIR/client.key"
 }
 
 # format_storage writes the KRaft meta.properties into the data folder on the
@@ -265,9 +426,22 @@ format_storage() {
   tool="$(find_class org.apache.kafka.tools.StorageTool kafka.tools.StorageTool)" \
     || die "no StorageTool class in $LIBS"
   cluster_id="$(random_cluster_id)"
+  local -a scram=()
+  if secure; then
+    local arg
+    while IFS= read -r arg; do
+      scram+=(--add-scram "$arg")
+    done < <(scram_args "name=$SASL_USERNAME,")
+  fi
   log "formatting $DATA_DIR (cluster id $cluster_id)"
-  run_tool "$tool" format -t "$cluster_id" -c "$PROPS" --ignore-formatted >"$LOG_DIR/format.out" 2>&1 \
-    || { cat "$LOG_DIR/format.out" >&2; die "formatting the storage failed"; }
+  rm -f "$SCRAM_STAMP"
+  if ! run_tool "$tool" format -t "$cluster_id" -c "$PROPS" --ignore-formatted "${scram[@]}" >"$LOG_DIR/format.out" 2>&1; then
+    redact_password <"$LOG_DIR/format.out" >&2
+    die "formatting the storage failed"
+  fi
+  if secure; then
+    scram_stamp >"$SCRAM_STAMP"
+  fi
 }
 
 # random_cluster_id prints 16 random bytes in URL-safe base64 without padding,
@@ -325,6 +499,13 @@ do_start() {
       log "SLUICE_KAFKA_FRESH=1: restarting the running broker with empty storage"
       do_stop
     else
+      if secure && ! running_secure; then
+        die "already running (pid $pid) on $HOST:$PORT without the secured listeners: run '$0 stop' first"
+      elif ! secure && running_secure; then
+        die "already running (pid $pid) on $HOST:$PORT with the secured listeners: run '$0 stop' first, or set SLUICE_KAFKA_SECURE=1"
+      elif secure && ! grep -qF "user_$SASL_USERNAME=\"$SASL_PASSWORD\";" "$PROPS"; then
+        die "already running (pid $pid) on $HOST:$PORT with another SASL user or password: run '$0 stop' first"
+      fi
       log "already running (pid $pid) on $HOST:$PORT"
       return 0
     fi
@@ -336,6 +517,14 @@ do_start() {
 
   if port_open "$PORT" || port_open "$CONTROLLER_PORT"; then
     die "port $PORT or $CONTROLLER_PORT on $HOST is taken by another process (set SLUICE_KAFKA_PORT / SLUICE_KAFKA_CONTROLLER_PORT)"
+  fi
+  if secure; then
+    local p
+    for p in "$SASL_SSL_PORT" "$SSL_PORT" "$MTLS_PORT"; do
+      port_open "$p" && die "port $p on $HOST is taken by another process (set SLUICE_KAFKA_SASL_SSL_PORT / SLUICE_KAFKA_SSL_PORT / SLUICE_KAFKA_MTLS_PORT)"
+    done
+    check_credentials
+    prepare_tls
   fi
 
   if [[ "${SLUICE_KAFKA_FRESH:-0}" == 1 ]]; then
@@ -440,7 +629,11 @@ do_stop() {
 do_status() {
   local pid
   if pid="$(broker_pid)"; then
-    echo "running (pid $pid, $HOST:$PORT)"
+    if running_secure; then
+      echo "running (pid $pid, $HOST:$PORT; SASL_SSL $HOST:$SASL_SSL_PORT, SSL $HOST:$SSL_PORT, MTLS $HOST:$MTLS_PORT)"
+    else
+      echo "running (pid $pid, $HOST:$PORT)"
+    fi
   else
     echo "stopped"
     return 3
@@ -459,6 +652,10 @@ case "${1:-}" in
     with_lock "lock-$PORT" do_start
     do_wait
     warm_up_groups
+    if secure; then
+      with_lock "lock-$PORT" ensure_scram_users
+      print_secure
+    fi
     ;;
   wait) do_wait ;;
   stop) with_lock "lock-$PORT" do_stop ;;
