@@ -27,12 +27,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/recordtype"
 )
 
@@ -42,17 +42,12 @@ const DefaultMaxBody = 8 << 20
 // ErrConfig is returned by New for an invalid Config.
 var ErrConfig = errors.New("api: invalid config")
 
-// Producer produces records durably (all replicas acknowledged).
-type Producer interface {
-	Produce(ctx context.Context, topic string, recs []ingest.Record) error
-}
-
 // Config configures the handler.
 type Config struct {
 	// Types are the record types accepted, by name. Required.
 	Types map[string]*recordtype.Type
 	// Producer takes the accepted records. Required.
-	Producer Producer
+	Producer ingest.Producer
 	// Tokens maps the SHA-256 of each bearer token to the type names it may
 	// post ("*": all). Tokens are never stored or logged in clear.
 	Tokens map[[32]byte][]string
@@ -60,7 +55,7 @@ type Config struct {
 	MaxBody int64
 	// Ready reports whether the queue can take writes (GET /readyz answers
 	// 503 while it returns an error); nil: always ready. It is called with
-	// a 2 s deadline.
+	// a 2 s deadline (see metrics.Handler).
 	Ready func(ctx context.Context) error
 	// Registry, when set, receives the API's metrics (see the package doc)
 	// and is served on GET /metrics.
@@ -69,8 +64,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Handler serves POST /v1/records/{type}, GET /healthz, GET /readyz and,
-// with a Registry, GET /metrics.
+// Handler serves POST /v1/records/{type}, and GET /healthz, GET /readyz
+// and, with a Registry, GET /metrics (metrics.Handler).
 type Handler struct {
 	cfg Config
 	mux *http.ServeMux
@@ -78,11 +73,15 @@ type Handler struct {
 }
 
 type apiMetrics struct {
-	requests *prometheus.CounterVec
 	accepted *prometheus.CounterVec
 	bytes    *prometheus.CounterVec
-	duration *prometheus.HistogramVec
 }
+
+// typeKey carries the request's record type (a configured one, else "")
+// in its context, for the metrics' type label.
+type typeKey struct{}
+
+func typeOf(ctx context.Context) string { s, _ := ctx.Value(typeKey{}).(string); return s }
 
 // New validates cfg and returns the handler.
 func New(cfg Config) (*Handler, error) {
@@ -91,41 +90,35 @@ func New(cfg Config) (*Handler, error) {
 	}
 	cfg.MaxBody = cmp.Or(cfg.MaxBody, DefaultMaxBody)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	h := &Handler{cfg: cfg, mux: http.NewServeMux()}
-	h.mux.HandleFunc("POST /v1/records/{type}", h.post)
-	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	h.mux.HandleFunc("GET /readyz", h.ready)
+	h := &Handler{cfg: cfg}
+	var gather prometheus.Gatherer
+	var records http.Handler = http.HandlerFunc(h.serveRecords)
 	if cfg.Registry != nil {
+		gather = cfg.Registry
+		requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_requests_total", Help: "Intake requests answered, by record type and HTTP status code."}, []string{"type", "code"})
+		duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_api_request_duration_seconds", Help: "Time from request to answer, in seconds.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"type"})
 		m := &apiMetrics{
-			requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_requests_total", Help: "Intake requests answered, by record type and HTTP status code."}, []string{"type", "code"}),
 			accepted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_records_accepted_total", Help: "Records produced and acknowledged, by record type."}, []string{"type"}),
 			bytes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_request_bytes_total", Help: "Request body bytes read, by record type."}, []string{"type"}),
-			duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_api_request_duration_seconds", Help: "Time from request to answer, in seconds.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"type"}),
 		}
-		for _, c := range []prometheus.Collector{m.requests, m.accepted, m.bytes, m.duration} {
+		for _, c := range []prometheus.Collector{requests, duration, m.accepted, m.bytes} {
 			if err := cfg.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
 			}
 		}
 		h.m = m
-		h.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+		byType := promhttp.WithLabelFromCtx("type", typeOf)
+		records = promhttp.InstrumentHandlerCounter(requests, promhttp.InstrumentHandlerDuration(duration, records, byType), byType)
 	}
-	return h, nil
-}
-
-// ready answers 200 while Config.Ready succeeds, else 503 with its reason.
-func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
-	if h.cfg.Ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := h.cfg.Ready(ctx); err != nil {
-			fail(w, http.StatusServiceUnavailable, "not_ready", "the queue is not reachable: "+err.Error())
-			return
+	h.mux = metrics.Handler(gather, cfg.Ready)
+	h.mux.Handle("POST /v1/records/{type}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		typ := r.PathValue("type")
+		if h.cfg.Types[typ] == nil {
+			typ = ""
 		}
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		records.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), typeKey{}, typ)))
+	}))
+	return h, nil
 }
 
 // HashToken returns the stored form of a bearer token.
@@ -173,36 +166,6 @@ func (h *Handler) allowed(r *http.Request, typ string) (ok, authed bool) {
 	return false, false
 }
 
-// statusWriter remembers the status code written.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	s.code = code
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
-	if h.m == nil {
-		h.serveRecords(w, r)
-		return
-	}
-	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-	counted := &countingReader{ReadCloser: r.Body}
-	r.Body = counted
-	h.serveRecords(sw, r)
-	typ := r.PathValue("type")
-	if h.cfg.Types[typ] == nil {
-		typ = ""
-	}
-	h.m.requests.WithLabelValues(typ, strconv.Itoa(sw.code)).Inc()
-	h.m.bytes.WithLabelValues(typ).Add(float64(counted.n))
-	h.m.duration.WithLabelValues(typ).Observe(time.Since(start).Seconds())
-}
-
 // countingReader counts the bytes read from a request body.
 type countingReader struct {
 	io.ReadCloser
@@ -216,6 +179,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func (h *Handler) serveRecords(w http.ResponseWriter, r *http.Request) {
+	if h.m != nil {
+		counted := &countingReader{ReadCloser: r.Body}
+		r.Body = counted
+		defer func() { h.m.bytes.WithLabelValues(typeOf(r.Context())).Add(float64(counted.n)) }()
+	}
 	typName := r.PathValue("type")
 	ok, authed := h.allowed(r, typName)
 	if !authed {

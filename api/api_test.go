@@ -34,7 +34,7 @@ func (f *fakeProducer) Produce(_ context.Context, _ string, recs []ingest.Record
 	return nil
 }
 
-func newTestHandler(t *testing.T, p Producer) *Handler {
+func newTestHandler(t *testing.T, p ingest.Producer) *Handler {
 	t.Helper()
 	types, err := recordtype.Load(filepath.Join("..", "examples", "types.yaml"))
 	require.NoError(t, err)

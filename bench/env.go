@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sinksim"
 )
@@ -177,7 +178,7 @@ func startSim(ctx context.Context, cfg sinksim.Config) (*simServer, error) {
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
-	go func() { done <- sim.Serve(sctx, ln) }()
+	go func() { done <- metrics.Serve(sctx, ln, sim.Handler(), 5*time.Second) }()
 	return &simServer{sim: sim, url: "http://" + ln.Addr().String(), stop: func() { cancel(); <-done }}, nil
 }
 

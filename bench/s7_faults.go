@@ -105,7 +105,7 @@ func (r *runner) reactionRun(ctx context.Context, specs []workerSpec, p pool) (E
 	half := faultCapacity / 2.0
 	if err := waitFor(ctx, 30*time.Second, func() bool {
 		now := time.Now()
-		return a.mgr.Rate(now) == half && peer.mgr.Rate(now) == half
+		return a.w.Lease().Rate(now) == half && peer.w.Lease().Rate(now) == half
 	}); err != nil {
 		return Entry{}, fmt.Errorf("workers did not settle at 10 partitions each: %w", err)
 	}
@@ -114,7 +114,7 @@ func (r *runner) reactionRun(ctx context.Context, specs []workerSpec, p pool) (E
 	a.probe.cut.Store(true)
 	var firstDrop time.Time
 	if err := waitFor(ctx, 20*time.Second, func() bool {
-		rate := a.mgr.Rate(time.Now())
+		rate := a.w.Lease().Rate(time.Now())
 		if rate < half && firstDrop.IsZero() {
 			firstDrop = time.Now()
 		}
@@ -191,7 +191,7 @@ func (r *runner) reclaimRun(ctx context.Context, specs []workerSpec, p pool, cha
 		return n
 	}
 	if err := waitFor(ctx, 40*time.Second, func() bool {
-		return held() == 10 && peer.mgr.Rate(time.Now()) == faultCapacity/2
+		return held() == 10 && peer.w.Lease().Rate(time.Now()) == faultCapacity/2
 	}); err != nil {
 		return Entry{}, fmt.Errorf("workers did not settle at 10 partitions each (process holds %d): %w", held(), err)
 	}
@@ -208,7 +208,7 @@ func (r *runner) reclaimRun(ctx context.Context, specs []workerSpec, p pool, cha
 			ideal = max(ideal, pt.TTLLeft)
 		}
 	}
-	if err := waitFor(ctx, 30*time.Second, func() bool { return peer.mgr.Rate(time.Now()) == faultCapacity }); err != nil {
+	if err := waitFor(ctx, 30*time.Second, func() bool { return peer.w.Lease().Rate(time.Now()) == faultCapacity }); err != nil {
 		return Entry{}, fmt.Errorf("peer did not reclaim the pool: %w", err)
 	}
 	reclaimed := time.Now()

@@ -8,32 +8,28 @@ import (
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/pacing"
-	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/worker"
 )
 
-// The pipeline settings of `sluice worker`'s defaults (cmd/sluice flags).
+// The pipeline settings the peers share with sluice's defaults, so the
+// alternatives run with the same slice, batch and concurrency.
 const (
-	slice          = 200 * time.Millisecond
-	sendGuard      = 20 * time.Millisecond
-	requestTimeout = 2 * time.Second
-	batchSize      = 100
-	concurrency    = 16
+	slice          = ingest.DefaultSlice
+	requestTimeout = ingest.DefaultRequestTimeout
+	batchSize      = ingest.DefaultMaxBatch
+	concurrency    = ingest.DefaultConcurrency
 )
 
-// sluiceWorker is one sluice worker stack wired as cmd/sluice wires a pod:
-// its own consumer (queue.Source), Redis client, lease manager and pacer,
-// the ingest.Worker pipeline, and an HTTP sink to the emulator.
+// sluiceWorker is one sluice worker built by worker.New as `sluice worker`
+// builds a pod, with the defaults of the CLI, its own Redis client, and an
+// HTTP sink to the emulator wrapped in a tally.
 type sluiceWorker struct {
-	id       string
-	target   int64 // records to finish before the job is done
-	mgr      *lease.Manager
-	counters *ingest.Counters
-	tally    *tally
-	probe    *redisProbe
-	client   *redis.Client
-	stack    ingest.Runner
+	target int64 // records to finish before the job is done
+	w      *worker.Worker
+	tally  *tally
+	probe  *redisProbe
+	client *redis.Client
 }
 
 // workerSpec is one worker's backlog: its topic and consumer group, and how
@@ -47,80 +43,55 @@ type workerSpec struct {
 // newSluiceWorker builds a worker. With start set the worker leases ahead
 // and fetches once start is closed (as bulk-load's in-process workers do);
 // otherwise it leases on demand (as a `sluice worker` pod does).
-func (e *env) newSluiceWorker(ctx context.Context, spec workerSpec, pool lease.Pool, pricing ingest.Pricing, sinkURL string, epoch time.Time, start <-chan struct{}) (*sluiceWorker, error) {
+func (e *env) newSluiceWorker(ctx context.Context, spec workerSpec, pool lease.Pool, pricing ingest.Pricing, sinkURL string, epoch time.Time, start <-chan struct{}) (_ *sluiceWorker, err error) {
 	probe := new(redisProbe)
 	client := e.redisClient(probe)
-	if err := lease.EnsurePool(ctx, client, "", pool); err != nil {
-		_ = client.Close()
-		return nil, err
-	}
-	id := e.name("w")
-	log := e.log.With("worker", id)
-	src, err := queue.NewSource(queue.SourceConfig{Brokers: e.brokers, Topic: spec.topic, Group: spec.group, MaxWait: 50 * time.Millisecond, Logger: log})
-	if err != nil {
-		_ = client.Close()
-		return nil, err
-	}
-	mgr, err := lease.New(lease.Config{Pool: pool, WorkerID: id, RequestTimeout: requestTimeout, Slice: slice, Logger: log}, client)
-	if err != nil {
-		_ = client.Close()
-		return nil, err
-	}
-	pacer, err := pacing.New(pacing.Config{Slice: slice, Guard: sendGuard}, mgr)
-	if err != nil {
-		_ = client.Close()
+	defer func() {
+		if err != nil {
+			_ = client.Close()
+		}
+	}()
+	if _, err := lease.EnsurePool(ctx, client, "", pool); err != nil {
 		return nil, err
 	}
 	httpSink, err := sink.NewHTTP(sink.HTTPConfig{URL: sinkURL, Timeout: requestTimeout})
 	if err != nil {
-		_ = client.Close()
 		return nil, err
 	}
 	dlq, err := e.deadLetters()
 	if err != nil {
-		_ = client.Close()
 		return nil, err
 	}
 	t := newTally(httpSink, epoch)
-	counters := new(ingest.Counters)
-	w, err := ingest.NewWorker(ingest.WorkerConfig{
-		Pricing:       pricing,
-		IDField:       "id",
-		MaxBatch:      batchSize,
-		Concurrency:   concurrency,
-		MaxInFlight:   10_000,
-		MaxRecordCost: int64(pool.Capacity),
-		Grace:         10 * time.Second,
-		LeaseAhead:    start != nil,
-		Start:         start,
-		Logger:        log,
-		Counters:      counters,
-		Processor:     spec.processor,
-	}, ingest.Ports{
-		Source:      src,
-		DeadLetters: dlq,
+	w, err := worker.New(worker.Config{
+		Brokers:     e.brokers,
+		Topic:       spec.topic,
+		Group:       spec.group,
+		Redis:       []redis.UniversalClient{client},
+		Pool:        pool,
+		WorkerID:    e.name("w"),
+		Pricing:     pricing,
+		IDField:     "id",
+		Processor:   spec.processor,
+		LeaseAhead:  start != nil,
+		Start:       start,
 		Sink:        t,
-		Retry:       sink.Policy{MaxAttempts: 8},
-		Pacer:       pacer,
-		Capacity:    mgr,
+		DeadLetters: dlq,
+		Logger:      e.log,
 	})
 	if err != nil {
-		_ = client.Close()
 		return nil, err
 	}
-	return &sluiceWorker{
-		id: id, target: spec.records, mgr: mgr, counters: counters, tally: t, probe: probe, client: client,
-		stack: ingest.RunFunc(func(ctx context.Context) error { return ingest.RunStack(ctx, w, src, mgr) }),
-	}, nil
+	return &sluiceWorker{target: spec.records, w: w, tally: t, probe: probe, client: client}, nil
 }
 
 func (w *sluiceWorker) run(ctx context.Context) error {
 	defer w.client.Close()
-	return w.stack.Run(ctx)
+	return w.w.Run(ctx)
 }
 
 func (w *sluiceWorker) progress() progress {
-	t := w.counters.Totals()
+	t := w.w.Counters().Totals()
 	return progress{finished: t.Finished(), attempts: t.Attempts, throttled: t.Throttled, requests: t.Requests, first: t.FirstFetch, last: t.LastDone}
 }
 

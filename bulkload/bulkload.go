@@ -195,7 +195,7 @@ func Produce(ctx context.Context, f Rows, topic string, chunk int, p ingest.Prod
 			bad++
 			log.Warn("malformed row dead-lettered", "err", rowErr.Error())
 			dead := ingest.Record{ID: ingest.ContentID(rowErr.Raw), Value: rowErr.Raw, Pos: ingest.Position{Topic: topic, Offset: -1}}
-			if err := dlq.DeadLetter(ctx, dead, rowErr.Error()); err != nil {
+			if err := dlq.DeadLetter(ctx, ingest.DeadLetter{Record: dead, Reason: rowErr.Error()}); err != nil {
 				return total, bad, fmt.Errorf("dead-letter %s: %w", rowErr.Error(), err)
 			}
 			continue

@@ -143,7 +143,7 @@ func (f *FileReader) nextNDJSON() (ingest.Record, error) {
 		if len(raw) == 0 {
 			continue
 		}
-		if !isJSONObject(raw) {
+		if !ingest.IsJSONObject(raw) {
 			return ingest.Record{}, &RowError{Path: f.path, Line: f.line, Raw: bytes.Clone(raw), Err: errors.New("not a JSON object")}
 		}
 		return f.record(bytes.Clone(raw), f.line, raw)
@@ -163,10 +163,4 @@ func (f *FileReader) record(value []byte, line int, raw []byte) (ingest.Record, 
 		return ingest.Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
 	}
 	return ingest.Record{ID: id, Key: []byte(id), Value: value}, nil
-}
-
-// isJSONObject reports whether b is one valid JSON object.
-func isJSONObject(b []byte) bool {
-	b = bytes.TrimSpace(b)
-	return len(b) > 0 && b[0] == '{' && json.Valid(b)
 }

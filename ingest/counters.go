@@ -1,41 +1,57 @@
 package ingest
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
+// latencyKeep is how many of the latest send→answer latencies Counters
+// keeps for its percentile.
+const latencyKeep = 1024
+
 // Counters are the pipeline's running totals. One Counters may be shared by
-// several workers (bulk-load runs N in one process); every method is safe
+// several pipelines (bulk-load runs N in one process); every method is safe
 // for concurrent use. The zero value is ready.
 type Counters struct {
 	fetched        atomic.Int64 // records taken from the source
-	delivered      atomic.Int64 // records stored by the sink (incl. duplicates)
-	duplicates     atomic.Int64 // records the sink already had
-	deadLettered   atomic.Int64 // records sent to the dead-letter topic
+	delivered      atomic.Int64 // records the sink stored for the first time
+	duplicates     atomic.Int64 // records the sink already had (redeliveries)
+	deadLettered   atomic.Int64 // records stored in the dead-letter topic
+	invalid        atomic.Int64 // records refused before writing (not JSON, no ID, schema, too costly)
 	requests       atomic.Int64 // sink write requests
 	attempts       atomic.Int64 // record attempts sent to the sink
 	throttled      atomic.Int64 // record attempts answered "throttled"
-	failedWrites   atomic.Int64 // sink write requests that failed as a whole (unreachable, timeout)
-	retryable      atomic.Int64 // record attempts answered retryable but not throttled (408, 5xx)
-	permanent      atomic.Int64 // record attempts refused for good by the sink (400, other 4xx)
+	failedWrites   atomic.Int64 // sink write requests that failed as a whole
+	retryable      atomic.Int64 // record attempts answered retryable but not throttled
+	permanent      atomic.Int64 // record attempts refused for good by the sink
 	retried        atomic.Int64 // record attempts that will be tried again
 	unitsSent      atomic.Int64 // units charged to the pacer, retries included
 	unitsDelivered atomic.Int64 // units of delivered records
 	unitsCorrected atomic.Int64 // units the sink charged beyond the estimates
 	firstFetch     atomic.Int64 // unix ns of the first fetch, 0 before
 	lastDone       atomic.Int64 // unix ns of the latest finished record
+
+	mu        sync.Mutex
+	sent      Window          // units sent, by send time since epoch
+	epoch     time.Time       // start of the sent timeline
+	latencies []time.Duration // the latest send→answer latencies, a ring
+	nextLat   int
+	maxLat    time.Duration
 }
 
 // Totals is a snapshot of Counters.
 type Totals struct {
-	Fetched      int64
-	Delivered    int64
-	Duplicates   int64
-	DeadLettered int64
-	Requests     int64
-	Attempts     int64
-	Throttled    int64
+	Fetched int64
+	// Delivered counts records the sink stored for the first time;
+	// Duplicates the records it already had (redeliveries); DeadLettered
+	// the records stored in the dead-letter topic, of which Invalid were
+	// refused before writing.
+	Delivered, Duplicates, DeadLettered, Invalid int64
+	Requests                                     int64
+	Attempts                                     int64
+	Throttled                                    int64
 	// FailedWrites counts requests that failed as a whole; Retryable and
 	// Permanent the record attempts answered so, besides Throttled.
 	FailedWrites, Retryable, Permanent int64
@@ -45,21 +61,30 @@ type Totals struct {
 	// UnitsCorrected is what the sink reported charging beyond the
 	// estimated costs, charged to the pacer afterwards (part of UnitsSent).
 	UnitsCorrected int64
+	// MaxSent1s is the most units sent in any sliding second, at send
+	// time: the send side of the rate promise (the sink's own count is the
+	// other side).
+	MaxSent1s int64
+	// LatencyP99 and LatencyMax are the 99th percentile of the latest 1,024
+	// send→answer latencies and the longest seen: how long a request may
+	// take to be accepted after the pacer released it.
+	LatencyP99, LatencyMax time.Duration
 	// FirstFetch and LastDone bound the run; zero when nothing happened.
 	FirstFetch time.Time
 	LastDone   time.Time
 }
 
-// unitsPerRecord is the average cost of a delivered record, 1 before any.
-func (t Totals) unitsPerRecord() float64 {
+// UnitsPerRecord is the average cost of a delivered record, 1 before any.
+func (t Totals) UnitsPerRecord() float64 {
 	if t.Delivered == 0 || t.UnitsDelivered == 0 {
 		return 1
 	}
 	return float64(t.UnitsDelivered) / float64(t.Delivered)
 }
 
-// Finished is the number of records that need no more work.
-func (t Totals) Finished() int64 { return t.Delivered + t.DeadLettered }
+// Finished is the number of records that need no more work: delivered,
+// already at the sink, or dead-lettered.
+func (t Totals) Finished() int64 { return t.Delivered + t.Duplicates + t.DeadLettered }
 
 // Elapsed is the time from the first fetch to the last finished record.
 func (t Totals) Elapsed() time.Duration {
@@ -71,11 +96,12 @@ func (t Totals) Elapsed() time.Duration {
 
 // Totals returns a snapshot.
 func (c *Counters) Totals() Totals {
-	return Totals{
+	t := Totals{
 		Fetched:        c.fetched.Load(),
 		Delivered:      c.delivered.Load(),
 		Duplicates:     c.duplicates.Load(),
 		DeadLettered:   c.deadLettered.Load(),
+		Invalid:        c.invalid.Load(),
 		Requests:       c.requests.Load(),
 		Attempts:       c.attempts.Load(),
 		Throttled:      c.throttled.Load(),
@@ -89,6 +115,16 @@ func (c *Counters) Totals() Totals {
 		FirstFetch:     unixTime(c.firstFetch.Load()),
 		LastDone:       unixTime(c.lastDone.Load()),
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t.MaxSent1s = c.sent.Max()
+	t.LatencyMax = c.maxLat
+	if n := len(c.latencies); n > 0 {
+		sorted := slices.Clone(c.latencies)
+		slices.Sort(sorted)
+		t.LatencyP99 = sorted[(n*99+99)/100-1]
+	}
+	return t
 }
 
 func (c *Counters) noteFetch(now time.Time) {
@@ -104,6 +140,31 @@ func (c *Counters) noteDone(now time.Time) {
 			return
 		}
 	}
+}
+
+// noteSent counts units sent now, for the send-side busiest second.
+func (c *Counters) noteSent(units int64) {
+	c.unitsSent.Add(units)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now() // under the lock: pipelines sharing c add in order
+	if c.epoch.IsZero() {
+		c.epoch, c.sent = now, NewWindow(time.Second)
+	}
+	c.sent.Add(max(now.Sub(c.epoch), 0), units)
+}
+
+// noteLatency records one send→answer latency.
+func (c *Counters) noteLatency(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.latencies) < latencyKeep {
+		c.latencies = append(c.latencies, d)
+	} else {
+		c.latencies[c.nextLat] = d
+		c.nextLat = (c.nextLat + 1) % latencyKeep
+	}
+	c.maxLat = max(c.maxLat, d)
 }
 
 func unixTime(ns int64) time.Time {

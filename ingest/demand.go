@@ -28,7 +28,7 @@ type demand struct {
 	lag           func() int64 // the source's lag, nil when unknown
 
 	lastBacklog time.Time   // slice loop only
-	recent      spendWindow // units sent in the last second
+	recent      recentUnits // units sent in the last second
 }
 
 // estimate returns the demand in units/s. backlog: records are waiting
@@ -50,26 +50,22 @@ func (d *demand) estimate(now time.Time, backlog, idle bool) float64 {
 	return float64(d.recent.sum(now)) * headroom
 }
 
-// spendWindow sums the units sent in the last second.
-type spendWindow struct {
-	at    []time.Time
-	units []int64
+// recentUnits sums the units sent in the last second.
+type recentUnits struct {
+	epoch time.Time
+	w     Window
 }
 
-func (s *spendWindow) add(now time.Time, units int64) {
-	s.at = append(s.at, now)
-	s.units = append(s.units, units)
+func (r *recentUnits) add(now time.Time, units int64) {
+	if r.epoch.IsZero() {
+		r.epoch, r.w = now, NewWindow(time.Second)
+	}
+	r.w.Add(max(now.Sub(r.epoch), 0), units)
 }
 
-func (s *spendWindow) sum(now time.Time) int64 {
-	cut := 0
-	for cut < len(s.at) && now.Sub(s.at[cut]) >= time.Second {
-		cut++
+func (r *recentUnits) sum(now time.Time) int64 {
+	if r.epoch.IsZero() {
+		return 0
 	}
-	s.at, s.units = s.at[cut:], s.units[cut:]
-	var total int64
-	for _, u := range s.units {
-		total += u
-	}
-	return total
+	return r.w.Sum(max(now.Sub(r.epoch), 0))
 }

@@ -37,12 +37,21 @@ type Owner interface {
 	Owns(rec Record) bool
 }
 
-// DeadLetters takes records that can never be written (invalid, too large, or
-// refused by the sink with a permanent error), with the reason.
+// DeadLetter is a record that can never be written, with the reason.
+type DeadLetter struct {
+	Record Record
+	// Reason names what is wrong and where, e.g. "record t/0@42 (id a1):
+	// HTTP 400: field mag is not a number".
+	Reason string
+}
+
+// DeadLetters takes records that can never be written (invalid, too large,
+// or refused by the sink for good).
 type DeadLetters interface {
-	// DeadLetter durably stores rec with reason before returning nil; the
-	// pipeline marks the record Done only after that.
-	DeadLetter(ctx context.Context, rec Record, reason string) error
+	// DeadLetter durably stores every letter before returning nil; the
+	// pipeline marks the records Done only after that. On an error none
+	// of them counts as stored (a retry may store some twice).
+	DeadLetter(ctx context.Context, letters ...DeadLetter) error
 }
 
 // Processor is a record type's processing step: it validates a fetched
@@ -88,20 +97,69 @@ func Chain(ps ...Processor) Processor {
 }
 
 // Sink writes batches of records to the throttled target.
+//
+// Every answer is classified by its scope before anything is done with the
+// records. A verdict about one record (a per-record 4xx in a partial
+// answer, a constraint violation) is that record's Result. A failure of the
+// whole request or of the sink — a transport error, a timeout, 401, 403,
+// 404, 405, a 5xx outage, throttling of any length, an answer the adapter
+// cannot parse — is the error: the pipeline then pauses the sink, keeps
+// the records and their Kafka positions, and never uses up their attempts.
 type Sink interface {
 	// Write makes one attempt to write batch and returns one Result per
-	// record, in batch order. A non-nil error means the attempt failed as a
-	// whole (transport error, timeout); every record of it may be retried.
+	// record, in batch order, or an error when the attempt failed as a
+	// whole (a *SinkError to say it was throttled or when to retry). ctx
+	// carries the pipeline's request deadline; once ctx is done Write
+	// returns context.Cause(ctx).
 	Write(ctx context.Context, batch []Record) ([]Result, error)
 }
 
-// RetryPolicy decides whether and when a failed attempt is tried again.
+// Warmer is implemented by sinks that can open their connections and check
+// that the target answers before the first slice is released, so that the
+// first requests do not pay the handshakes (and land later than paced).
+type Warmer interface {
+	// Warm opens up to conns connections (the pipeline's concurrency) and
+	// returns an error naming the target when it does not answer.
+	Warm(ctx context.Context, conns int) error
+}
+
+// SinkError is a write that failed as a whole. Sinks return it to say
+// that the sink throttled the request or asked for a wait; any other error
+// from Write is treated as an outage.
+type SinkError struct {
+	// Throttled: the sink refused the request for lack of capacity (HTTP
+	// 429, 503 with Retry-After, ServerBusy, a provisioned-throughput
+	// error). Throttling pauses the sink and slows the worker; it never
+	// dead-letters.
+	Throttled bool
+	// RetryAfter is the wait the sink asked for (Retry-After), 0 if none.
+	RetryAfter time.Duration
+	// Err is what happened, e.g. "HTTP 401: invalid token".
+	Err error
+
+	ambiguous bool // every record answered Retryable: the pipeline's own verdict
+}
+
+func (e *SinkError) Error() string {
+	if e.Err == nil {
+		return "sink: write failed"
+	}
+	return e.Err.Error()
+}
+
+func (e *SinkError) Unwrap() error { return e.Err }
+
+// RetryPolicy decides when a failed attempt is tried again.
 type RetryPolicy interface {
-	// Backoff returns the wait before attempt number attempt+1, given that
-	// attempt (1-based) just failed with a retryable result whose
-	// server-suggested wait is retryAfter (0 when none). ok is false when no
-	// attempts are left.
+	// Backoff returns the wait before attempt number attempt+1 of one
+	// record, given that attempt (1-based) just failed with a retryable
+	// result whose server-suggested wait is retryAfter (0 when none). ok is
+	// false when no attempts are left.
 	Backoff(attempt int, retryAfter time.Duration) (wait time.Duration, ok bool)
+	// Pause returns how long to pause the sink after failures (≥ 1)
+	// consecutive failures of whole requests, honouring retryAfter as
+	// Backoff does. It never gives up: a pause ends with a probe.
+	Pause(failures int, retryAfter time.Duration) time.Duration
 }
 
 // Pacer releases capacity in slices (200 ms by default).
@@ -112,9 +170,15 @@ type Pacer interface {
 	// costing more than one slice, charging the excess as debt against the
 	// following slices. It returns ctx's error once ctx is done.
 	Next(ctx context.Context, want int64) (budget int64, err error)
-	// Spend records the units actually sent in the slice Next opened
-	// (normally ≤ its budget; the pacer carries any excess as debt).
-	Spend(units int64)
+	// Spend waits until units may be sent now (the pacer's sliding account
+	// has room for them; within the budget Next gave it normally has) and
+	// records them as sent; the pacer carries units beyond the budget as
+	// debt. The pipeline calls the returned func once the sink's answer to
+	// that send has arrived (or the send was abandoned): a request is
+	// accepted by the sink somewhere between its send and its answer, so
+	// the pacer keeps the send in its account until one window after the
+	// answer. It returns ctx's error once ctx is done.
+	Spend(ctx context.Context, units int64) (answered func(), err error)
 }
 
 // BacklogReporter is implemented by capacities that publish the worker's
@@ -157,14 +221,19 @@ type Outcome int
 const (
 	// Delivered: the sink stored the record.
 	Delivered Outcome = iota
-	// Duplicate: the sink already had a record with this ID; it counts as
-	// delivered.
+	// Duplicate: the sink already had a record with this ID (a redelivery);
+	// it is finished, but counted apart from the records delivered.
 	Duplicate
-	// Retryable: the attempt failed for a reason that may pass (throttled,
-	// timeout, 5xx); the record is written again after a backoff.
+	// Retryable: the attempt failed for this record for a reason that may
+	// pass (the record's own 5xx in a partial answer, or Throttled); it is
+	// written again after a backoff. A record that keeps failing without
+	// being throttled is dead-lettered after the retry policy's attempts;
+	// when every record of a request comes back Retryable, the pipeline
+	// treats the request as failed as a whole instead.
 	Retryable
-	// Permanent: the sink refused the record for good (invalid, 4xx); it
-	// goes to the dead-letter topic.
+	// Permanent: the sink refused the record for good (invalid, a
+	// per-record 4xx, a constraint violation); it goes to the dead-letter
+	// topic.
 	Permanent
 )
 
@@ -186,7 +255,8 @@ func (o Outcome) String() string {
 type Result struct {
 	Outcome Outcome
 	// Throttled is set on Retryable results caused by the sink's rate
-	// limit (HTTP 429), as opposed to other transient failures.
+	// limit (a per-record 429), as opposed to other transient failures.
+	// A throttled attempt never uses up the record's attempts.
 	Throttled bool
 	// RetryAfter is the wait the sink asked for (Retry-After), 0 if none.
 	RetryAfter time.Duration

@@ -1,9 +1,11 @@
 package ingest
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 )
@@ -45,13 +47,20 @@ func (p Position) String() string {
 	return p.Topic + "/" + strconv.Itoa(p.Partition) + "@" + strconv.FormatInt(p.Offset, 10)
 }
 
+// ErrNoID is wrapped by RecordID's error for a record whose ID field is
+// missing, null or empty.
+var ErrNoID = errors.New("ingest: no record ID")
+
 // RecordID returns the idempotency key of a JSON record: the string value of
-// its idField when idField is set and present (numbers are formatted as
-// written), else "sha256:" followed by the hex SHA-256 of the raw value, so
-// the same content always gets the same ID.
+// its idField (numbers are formatted as written), or, when idField is
+// empty, "sha256:" followed by the hex SHA-256 of the raw value, so the same
+// content always gets the same ID.
 //
-// It returns an error only when idField is set and the value is not a JSON
-// object, or the field is neither a string nor a number.
+// With idField set, a record whose field is missing, null or empty has no
+// ID: RecordID returns an error wrapping ErrNoID (a content hash would
+// silently merge records that differ only in the column meant to tell them
+// apart). It also returns an error when the value is not a JSON object or
+// the field is neither a string nor a number.
 func RecordID(value []byte, idField string) (string, error) {
 	if idField == "" {
 		return ContentID(value), nil
@@ -62,12 +71,12 @@ func RecordID(value []byte, idField string) (string, error) {
 	}
 	raw, ok := obj[idField]
 	if !ok || string(raw) == "null" {
-		return ContentID(value), nil
+		return "", fmt.Errorf("%w: field %q is missing", ErrNoID, idField)
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
 		if s == "" {
-			return ContentID(value), nil
+			return "", fmt.Errorf("%w: field %q is empty", ErrNoID, idField)
 		}
 		return s, nil
 	}
@@ -82,4 +91,11 @@ func RecordID(value []byte, idField string) (string, error) {
 func ContentID(value []byte) string {
 	sum := sha256.Sum256(value)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// IsJSONObject reports whether b is one valid JSON object (white space
+// around it allowed).
+func IsJSONObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{' && json.Valid(b)
 }

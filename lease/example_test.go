@@ -32,8 +32,10 @@ func ExampleEnsurePool() {
 	defer client.Close()
 
 	ctx := context.Background()
-	fmt.Println(lease.EnsurePool(ctx, client, "", lease.Pool{Name: "demo", Capacity: 2000, Partitions: 20}))
-	fmt.Println(lease.EnsurePool(ctx, client, "", lease.Pool{Name: "demo", Capacity: 1000, Partitions: 20}))
+	_, err := lease.EnsurePool(ctx, client, "", lease.Pool{Name: "demo", Capacity: 2000, Partitions: 20})
+	fmt.Println(err)
+	_, err = lease.EnsurePool(ctx, client, "", lease.Pool{Name: "demo", Capacity: 1000, Partitions: 20})
+	fmt.Println(err)
 	// Output:
 	// <nil>
 	// lease: pool definition mismatch: pool "demo" is defined in Redis (sluice:demo:def) with capacity 2000 records/s, 20 partitions, ttl 15s; this worker was started with capacity 1000 records/s, 20 partitions, ttl 15s

@@ -289,3 +289,16 @@ func requireCreditWithinCapacity(t *testing.T, capacity float64, from, to time.T
 		require.LessOrEqual(t, sum, limit+1e-6, "credit over [%v, +%v) is %.3f > %.3f", s.Format(time.StampMilli), window, sum, limit)
 	}
 }
+
+// mustEnsurePool stores p (EnsurePool) or fails the test.
+func mustEnsurePool(t testing.TB, c redis.UniversalClient, prefix string, p Pool) {
+	t.Helper()
+	_, err := EnsurePool(context.Background(), c, prefix, p)
+	require.NoError(t, err)
+}
+
+// ensurePoolErr is EnsurePool's error.
+func ensurePoolErr(ctx context.Context, c redis.UniversalClient, prefix string, p Pool) error {
+	_, err := EnsurePool(ctx, c, prefix, p)
+	return err
+}

@@ -98,10 +98,10 @@ func (c Config) withDefaults() Config {
 		c.WorkerID = defaultWorkerID()
 	}
 	if c.RequestTimeout == 0 {
-		c.RequestTimeout = 2 * time.Second
+		c.RequestTimeout = ingest.DefaultRequestTimeout
 	}
 	if c.Slice == 0 {
-		c.Slice = 200 * time.Millisecond
+		c.Slice = ingest.DefaultSlice
 	}
 	if c.Drift == 0 {
 		c.Drift = 2*time.Millisecond + c.Pool.TTL/100

@@ -17,6 +17,10 @@ import (
 // DefaultTTL is the lease TTL of a pool that does not set one.
 const DefaultTTL = 15 * time.Second
 
+// DefaultPartitions is the number of capacity partitions of a pool that
+// does not say: 20.
+const DefaultPartitions = 20
+
 // DefaultPrefix is the Redis key prefix used when none is given.
 const DefaultPrefix = "sluice"
 
@@ -86,27 +90,41 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 // defaults) that cannot work, naming it.
 func (p Pool) Validate() error {
 	p = p.withDefaults()
-	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidPool, fmt.Sprintf(format, args...))
+	invalid := func(field, format string, args ...any) error {
+		return &PoolError{Pool: p.Name, Field: field, Err: fmt.Errorf(format, args...)}
 	}
 	switch {
 	case !namePattern.MatchString(p.Name):
-		return invalid("pool name %q must be 1-100 letters, digits, '.', '_' or '-'", p.Name)
+		return invalid("Name", "pool name %q must be 1-100 letters, digits, '.', '_' or '-'", p.Name)
 	case math.IsNaN(p.Capacity) || math.IsInf(p.Capacity, 0) || p.Capacity <= 0:
-		return invalid("pool %q: capacity must be a finite number > 0 %s/s, got %v", p.Name, p.Unit, p.Capacity)
+		return invalid("Capacity", "capacity must be a finite number > 0 %s/s, got %v", p.Unit, p.Capacity)
 	case p.Partitions < 1 || p.Partitions > 10000:
-		return invalid("pool %q: partitions must be between 1 and 10000, got %d", p.Name, p.Partitions)
+		return invalid("Partitions", "partitions must be between 1 and 10000, got %d", p.Partitions)
 	case p.TTL < 100*time.Millisecond:
-		return invalid("pool %q: lease TTL must be ≥ 100ms, got %v", p.Name, p.TTL)
+		return invalid("TTL", "lease TTL must be ≥ 100ms, got %v", p.TTL)
 	}
 	if _, err := ingest.ParseUnit(string(p.Unit)); err != nil {
-		return invalid("pool %q: unit: %v", p.Name, err)
+		return invalid("Unit", "unit: %v", err)
 	}
 	if err := p.Ramp.validate(); err != nil {
-		return invalid("pool %q: %v", p.Name, err)
+		return invalid("Ramp", "%v", err)
 	}
 	return nil
 }
+
+// PoolError is an invalid field of a pool definition. It wraps
+// ErrInvalidPool; Field names the Pool field (Name, Capacity, Partitions,
+// TTL, Unit or Ramp) so a caller can name its own setting for it.
+type PoolError struct {
+	Pool, Field string
+	Err         error
+}
+
+func (e *PoolError) Error() string {
+	return fmt.Sprintf("%v: pool %q: %v", ErrInvalidPool, e.Pool, e.Err)
+}
+
+func (e *PoolError) Unwrap() []error { return []error{ErrInvalidPool, e.Err} }
 
 // String describes the definition as the mismatch error shows it, e.g.
 // "capacity 2000 records/s, 20 partitions, ttl 15s".
@@ -204,42 +222,51 @@ func (k keys) member(worker string) string {
 
 // EnsurePool stores p as the definition of pool p.Name under prefix
 // (DefaultPrefix when empty) if Redis has none, and otherwise checks that
-// the stored one is the same. It returns an error wrapping ErrInvalidPool
-// if p is invalid, one wrapping ErrPoolMismatch naming both definitions if
-// Redis holds a different one, and Redis errors as they come. With several
+// the stored one agrees, and returns the definition in force. A stored
+// definition changed live by SetPool wins over p's capacity and partitions
+// (a pod restarted with its original flags after `sluice pool set` runs
+// with the stored values: the caller should say so); any other difference
+// is a conflict. It returns an error wrapping ErrInvalidPool if p is
+// invalid, one wrapping ErrPoolMismatch naming both definitions if Redis
+// holds a conflicting one, and Redis errors as they come. With several
 // independent Redis masters, call it for each.
-func EnsurePool(ctx context.Context, client redis.UniversalClient, prefix string, p Pool) error {
+func EnsurePool(ctx context.Context, client redis.UniversalClient, prefix string, p Pool) (Pool, error) {
 	if err := p.Validate(); err != nil {
-		return err
+		return Pool{}, err
 	}
 	p = p.withDefaults()
 	data, err := json.Marshal(p)
 	if err != nil {
-		return err
+		return Pool{}, err
 	}
 	key := keysFor(prefix, p.Name).def()
 	for range 3 {
 		set, err := client.SetNX(ctx, key, data, 0).Result()
 		if err != nil {
-			return fmt.Errorf("lease: store pool %q definition: %w", p.Name, err)
+			return Pool{}, fmt.Errorf("lease: store pool %q definition: %w", p.Name, err)
 		}
 		if set {
-			return nil
+			return p, nil
 		}
 		stored, err := loadPool(ctx, client, key)
 		if errors.Is(err, redis.Nil) {
 			continue // deleted in between: try to store it again
 		}
 		if err != nil {
-			return err
+			return Pool{}, err
+		}
+		stored.Name = p.Name
+		changedLive := stored.Switch != nil
+		if changedLive {
+			p.Capacity, p.Partitions = stored.Capacity, stored.Partitions
 		}
 		if !samePool(stored, p) {
-			return fmt.Errorf("%w: pool %q is defined in Redis (%s) with %s; this worker was started with %s",
+			return Pool{}, fmt.Errorf("%w: pool %q is defined in Redis (%s) with %s; this worker was started with %s",
 				ErrPoolMismatch, p.Name, key, stored, p)
 		}
-		return nil
+		return stored, nil
 	}
-	return fmt.Errorf("lease: store pool %q definition: key %s keeps disappearing", p.Name, key)
+	return Pool{}, fmt.Errorf("lease: store pool %q definition: key %s keeps disappearing", p.Name, key)
 }
 
 func loadPool(ctx context.Context, client redis.Cmdable, key string) (Pool, error) {

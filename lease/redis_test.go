@@ -28,7 +28,7 @@ func TestAcquireAndRenew(t *testing.T) {
 	c := newClient(t, realRedis(t))
 	prefix := uniquePrefix(t)
 	pool := Pool{Name: "acq", Capacity: 400, Partitions: 4, TTL: 1500 * time.Millisecond}
-	require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+	mustEnsurePool(t, c, prefix, pool)
 	m := start(t, testConfig(prefix, "w1", pool), c)
 
 	require.Zero(t, m.Rate(time.Now()), "no demand, no leases")
@@ -60,7 +60,7 @@ func TestFiniteDemandHoldsWhatItNeeds(t *testing.T) {
 	c := newClient(t, realRedis(t))
 	prefix := uniquePrefix(t)
 	pool := Pool{Name: "fin", Capacity: 1000, Partitions: 10}
-	require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+	mustEnsurePool(t, c, prefix, pool)
 	m := start(t, testConfig(prefix, "w1", pool), c)
 	m.SetDemand(250) // 2.5 partitions of 100/s → 3
 	poll(t, func() bool { return len(m.Held()) == 3 && m.Rate(time.Now()) == 300 }, "holds ceil(250/100) = 3 partitions")
@@ -342,7 +342,7 @@ func TestReservedPartitionsAreHeldWithoutDemand(t *testing.T) {
 	c := newClient(t, realRedis(t))
 	prefix := uniquePrefix(t)
 	pool := Pool{Name: "res", Capacity: 1000, Partitions: 10}
-	require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+	mustEnsurePool(t, c, prefix, pool)
 	cfg := testConfig(prefix, "a", pool)
 	cfg.Reserved = 3
 	a := start(t, cfg, c)
@@ -370,7 +370,7 @@ func TestLiveChangeSwitchesEveryWorkerAtOnce(t *testing.T) {
 	c := newClient(t, realRedis(t))
 	prefix := uniquePrefix(t)
 	pool := Pool{Name: "live", Capacity: 1000, Partitions: 10}
-	require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+	mustEnsurePool(t, c, prefix, pool)
 	a := start(t, testConfig(prefix, "a", pool), c)
 	b := start(t, testConfig(prefix, "b", pool), c)
 	a.SetDemand(ingest.Inf)
@@ -414,10 +414,10 @@ func TestRampEpochIsShared(t *testing.T) {
 	c := newClient(t, realRedis(t))
 	prefix := uniquePrefix(t)
 	pool := Pool{Name: "ramp", Capacity: 1000, Partitions: 10, Ramp: Ramp{Start: 100, Factor: 2, Period: time.Second, IdleReset: 2 * time.Second}}
-	require.NoError(t, EnsurePool(context.Background(), c, prefix, pool))
+	mustEnsurePool(t, c, prefix, pool)
 	bad := pool
 	bad.Ramp.Factor = 3
-	require.ErrorIs(t, EnsurePool(context.Background(), c, prefix, bad), ErrPoolMismatch, "a different ramp is a different pool")
+	require.ErrorIs(t, ensurePoolErr(context.Background(), c, prefix, bad), ErrPoolMismatch, "a different ramp is a different pool")
 
 	a := start(t, testConfig(prefix, "a", pool), c)
 	a.SetDemand(ingest.Inf)

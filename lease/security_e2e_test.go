@@ -120,7 +120,7 @@ func TestSecureManagerAcquires(t *testing.T) {
 
 			prefix := securePrefix(t)
 			pool := Pool{Name: "secure", Capacity: 300, Partitions: 3, TTL: 1500 * time.Millisecond}
-			require.NoError(t, EnsurePool(ctx, clients[0], prefix, pool))
+			mustEnsurePool(t, clients[0], prefix, pool)
 			m := start(t, testConfig(prefix, "w1", pool), clients...)
 			m.SetDemand(ingest.Inf)
 			poll(t, func() bool { return m.Rate(time.Now()) == 300 }, "the worker takes the whole pool")
@@ -199,7 +199,7 @@ func TestSecureRedisFailures(t *testing.T) {
 	t.Run("key outside the ACL user's pattern", func(t *testing.T) {
 		t.Parallel()
 		clients := newRedisClients(t, RedisConfig{Addrs: []string{r.plain}, Username: r.user, Password: r.password})
-		err := EnsurePool(context.Background(), clients[0], "other-"+uniquePrefix(t), Pool{Name: "p", Capacity: 10, Partitions: 1})
+		_, err := EnsurePool(context.Background(), clients[0], "other-"+uniquePrefix(t), Pool{Name: "p", Capacity: 10, Partitions: 1})
 		require.Error(t, err)
 		require.True(t, redis.IsPermissionError(err), "%v", err)
 		require.Contains(t, (&RedisError{Addr: r.plain, Err: err}).Error(), "permission denied")

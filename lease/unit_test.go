@@ -147,7 +147,7 @@ func TestPoolValidate(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidPool)
 			require.ErrorContains(t, err, tc.mention)
 			_, c := miniClient(t)
-			require.ErrorIs(t, EnsurePool(context.Background(), c, "", p), ErrInvalidPool)
+			require.ErrorIs(t, ensurePoolErr(context.Background(), c, "", p), ErrInvalidPool)
 		})
 	}
 }
@@ -191,18 +191,18 @@ func TestEnsurePool(t *testing.T) {
 	_, c := miniClient(t)
 	ctx := context.Background()
 	p := Pool{Name: "demo", Capacity: 2000, Unit: ingest.UnitRecords, Partitions: 20}
-	require.NoError(t, EnsurePool(ctx, c, "", p))
-	require.NoError(t, EnsurePool(ctx, c, "", p), "the same definition again is fine")
+	mustEnsurePool(t, c, "", p)
+	mustEnsurePool(t, c, "", p)
 	p.TTL = DefaultTTL
-	require.NoError(t, EnsurePool(ctx, c, "", p), "the default TTL spelled out is the same definition")
+	mustEnsurePool(t, c, "", p)
 
 	other := Pool{Name: "demo", Capacity: 1000, Unit: ingest.UnitRecords, Partitions: 10}
-	err := EnsurePool(ctx, c, "", other)
+	_, err := EnsurePool(ctx, c, "", other)
 	require.ErrorIs(t, err, ErrPoolMismatch)
 	require.EqualError(t, err, `lease: pool definition mismatch: pool "demo" is defined in Redis (sluice:demo:def) with capacity 2000 records/s, 20 partitions, ttl 15s; this worker was started with capacity 1000 records/s, 10 partitions, ttl 15s`)
 
 	// Another prefix is another namespace.
-	require.NoError(t, EnsurePool(ctx, c, "other", other))
+	mustEnsurePool(t, c, "other", other)
 
 	st, err := Status(ctx, c, "", "demo")
 	require.NoError(t, err)
@@ -211,6 +211,21 @@ func TestEnsurePool(t *testing.T) {
 	require.Len(t, st.Partitions, 20)
 	_, err = Status(ctx, c, "", "missing")
 	require.ErrorIs(t, err, ErrNoPool)
+
+	// Changed live by `sluice pool set`: a worker restarted with its
+	// original flags runs with the stored capacity and partitions...
+	_, err = SetPool(ctx, c, "", "demo", 300, 5, time.Second, time.Now())
+	require.NoError(t, err)
+	inForce, err := EnsurePool(ctx, c, "", p)
+	require.NoError(t, err)
+	require.Equal(t, 300.0, inForce.Capacity)
+	require.Equal(t, 5, inForce.Partitions)
+	require.NotNil(t, inForce.Switch)
+	// ...but a different unit is still a different pool.
+	bytesPool := p
+	bytesPool.Unit = ingest.UnitBytes
+	_, err = EnsurePool(ctx, c, "", bytesPool)
+	require.ErrorIs(t, err, ErrPoolMismatch)
 }
 
 // TestCreditExact checks the ledger arithmetic on hand-made leases: a
@@ -253,7 +268,7 @@ func TestMiniredisClockTTL(t *testing.T) {
 	mr, c := miniClient(t)
 	mr.ClockTTL(true)
 	pool := Pool{Name: "emb", Capacity: 100, Partitions: 2, TTL: 1500 * time.Millisecond}
-	require.NoError(t, EnsurePool(context.Background(), c, "emb", pool))
+	mustEnsurePool(t, c, "emb", pool)
 	cfg := testConfig("emb", "embedded-worker", pool)
 	m := start(t, cfg, c)
 	m.SetDemand(ingest.Inf)

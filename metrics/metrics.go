@@ -17,7 +17,12 @@
 //	sluice_throttle_cuts_total                   counter  slices whose rate was cut because the sink throttled
 //	sluice_throttle_recoveries_total             counter  times the throttle ceiling climbed back to the leased rate
 //	sluice_throttle_ceiling_units_per_second     gauge    the current throttle ceiling, 0 when none (units/s)
-//	sluice_records_total{outcome}                counter  delivered, duplicate (part of delivered), dead_lettered
+//	sluice_records_total{outcome}                counter  delivered (stored for the first time), duplicate (the sink already had it), dead_lettered
+//	sluice_sink_state                            gauge    0 writing, 1 paused after a write failed as a whole (per worker)
+//	sluice_sink_paused_seconds_total             counter  time the sink was paused, the current pause included (seconds)
+//	sluice_ready                                 gauge    1 while the worker can make progress, 0 once a failure has lasted its ready threshold
+//	sluice_send_max_units_1s                     gauge    the most units sent in any sliding second so far (send side of the rate promise)
+//	sluice_send_latency_p99_seconds              gauge    99th percentile of the latest send→answer latencies (seconds)
 //	sluice_sink_requests_total{result}           counter  write requests sent to the sink: ok (answered), failed (unreachable, timeout)
 //	sluice_sink_record_results_total{outcome}    counter  record attempts by answer: delivered, duplicate, throttled (429), retryable (408, 5xx), permanent (other 4xx)
 //	sluice_retries_total                         counter  record attempts scheduled again after a backoff
@@ -30,6 +35,7 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -52,6 +58,17 @@ type Worker struct {
 	Pacer *pacing.Pacer
 	// Lag returns the consumer lag in records (-1 unknown).
 	Lag func() int64
+	// Sink, when set, reports whether the sink is paused and whether the
+	// worker can make progress.
+	Sink SinkState
+}
+
+// SinkState is what the collector reads of a pipeline's sink;
+// *ingest.Pipeline implements it.
+type SinkState interface {
+	SinkPaused() (paused bool, since time.Time)
+	SinkPausedTotal() time.Duration
+	Ready() error
 }
 
 // Collector is a prometheus.Collector over a process's workers. Counters
@@ -121,12 +138,18 @@ var (
 	descRequests   = prometheus.NewDesc("sluice_sink_requests_total", "Write requests sent to the sink, by result: ok (answered) or failed (unreachable, timeout).", append(poolLabels, "result"), nil)
 	descResults    = prometheus.NewDesc("sluice_sink_record_results_total", "Record attempts by the sink's answer.", append(poolLabels, "outcome"), nil)
 	descRetries    = prometheus.NewDesc("sluice_retries_total", "Record attempts scheduled again after a backoff.", poolLabels, nil)
+	descSinkState  = prometheus.NewDesc("sluice_sink_state", "0 while writing, 1 while the sink is paused after a write failed as a whole.", workerLabels, nil)
+	descPaused     = prometheus.NewDesc("sluice_sink_paused_seconds_total", "Seconds the sink was paused, the current pause included.", workerLabels, nil)
+	descReady      = prometheus.NewDesc("sluice_ready", "1 while the worker can make progress, 0 once a failure has lasted its ready threshold.", workerLabels, nil)
+	descSendMax    = prometheus.NewDesc("sluice_send_max_units_1s", "The most units sent in any sliding second so far, at send time.", poolLabels, nil)
+	descLatency    = prometheus.NewDesc("sluice_send_latency_p99_seconds", "99th percentile of the latest send-to-answer latencies, in seconds.", poolLabels, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descEffective, descLeased, descHeld, descMissing, descEvents,
-		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descResults, descRetries} {
+		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descResults, descRetries,
+		descSinkState, descPaused, descReady, descSendMax, descLatency} {
 		ch <- d
 	}
 }
@@ -171,6 +194,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descLag, float64(lag), w.Pool, id)
 		gauge(descETA, eta(lag, rate, c.counters[w.Pool]), w.Pool, id)
+		if w.Sink != nil {
+			paused, _ := w.Sink.SinkPaused()
+			gauge(descSinkState, b2f(paused), w.Pool, id)
+			ch <- prometheus.MustNewConstMetric(descPaused, prometheus.CounterValue, w.Sink.SinkPausedTotal().Seconds(), w.Pool, id)
+			gauge(descReady, b2f(w.Sink.Ready() == nil), w.Pool, id)
+		}
 	}
 	for pool, ctr := range c.counters {
 		t := ctr.Totals()
@@ -179,7 +208,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRecords, t.DeadLettered, pool, "dead_lettered")
 		counter(descRequests, t.Requests-t.FailedWrites, pool, "ok")
 		counter(descRequests, t.FailedWrites, pool, "failed")
-		for outcome, n := range map[string]int64{"delivered": t.Delivered - t.Duplicates, "duplicate": t.Duplicates,
+		gauge(descSendMax, float64(t.MaxSent1s), pool)
+		gauge(descLatency, t.LatencyP99.Seconds(), pool)
+		for outcome, n := range map[string]int64{"delivered": t.Delivered, "duplicate": t.Duplicates,
 			"throttled": t.Throttled, "retryable": t.Retryable, "permanent": t.Permanent} {
 			counter(descResults, n, pool, outcome)
 		}
@@ -196,47 +227,74 @@ func eta(lag int64, rate float64, ctr *ingest.Counters) float64 {
 	}
 	perRecord := 1.0
 	if ctr != nil {
-		if t := ctr.Totals(); t.Delivered > 0 && t.UnitsDelivered > 0 {
-			perRecord = float64(t.UnitsDelivered) / float64(t.Delivered)
-		}
+		perRecord = ctr.Totals().UnitsPerRecord()
 	}
 	return float64(lag) * perRecord / rate
 }
 
-// Serve serves /metrics (from gather), /healthz (200 while the process
-// runs) and /readyz (200 when ready returns nil, else 503 with the error) on
-// ln until ctx is done, then shuts down within 5 s. It returns nil after a
-// shutdown caused by ctx.
-func Serve(ctx context.Context, ln net.Listener, gather prometheus.Gatherer, ready func(context.Context) error) error {
+// Handler serves a process's operational endpoints, all answering JSON
+// but /metrics:
+//
+//   - GET /metrics: gather in the Prometheus text format (when gather is
+//     not nil);
+//   - GET /healthz: 200 {"status":"ok"} while the process runs;
+//   - GET /readyz: 200 {"status":"ready"} while ready returns nil (nil
+//     ready: always), else 503 {"code":"not_ready","message":<the error>}.
+//     ready is called with a 2 s deadline.
+func Handler(gather prometheus.Gatherer, ready func(context.Context) error) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
+	if gather != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if ready != nil {
 			rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 			defer cancel()
 			if err := ready(rctx); err != nil {
-				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"code": "not_ready", "message": err.Error()})
 				return
 			}
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Serve serves h on ln until ctx is done, then shuts the server down: it
+// stops accepting and lets the requests in flight finish within drain. It
+// returns nil after a shutdown caused by ctx, and the server's error if it
+// failed before. Every HTTP server of a sluice process (metrics, the
+// intake API, the sink emulator) runs through it.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, drain time.Duration) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
 	case err := <-done:
-		return fmt.Errorf("metrics: serve: %w", err)
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	defer cancel()
 	err := srv.Shutdown(sctx)
 	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
 	return err
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -32,7 +32,8 @@ func TestCollectorAndServer(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rc.Close()
 	pool := lease.Pool{Name: "quakes", Capacity: 1000, Partitions: 10}
-	require.NoError(t, lease.EnsurePool(context.Background(), rc, "", pool))
+	_, err := lease.EnsurePool(context.Background(), rc, "", pool)
+	require.NoError(t, err)
 	mgr, err := lease.New(lease.Config{Pool: pool, WorkerID: "w1", Reserved: 2}, rc)
 	require.NoError(t, err)
 	pacer, err := pacing.New(pacing.Config{}, mgr)
@@ -67,12 +68,12 @@ func TestCollectorAndServer(t *testing.T) {
 	var notReady atomic.Bool
 	serving := make(chan error, 1)
 	go func() {
-		serving <- metrics.Serve(ctx, ln, reg, func(context.Context) error {
+		serving <- metrics.Serve(ctx, ln, metrics.Handler(reg, func(context.Context) error {
 			if notReady.Load() {
 				return errors.New("kafka unreachable")
 			}
 			return nil
-		})
+		}), 5*time.Second)
 	}()
 	base := "http://" + ln.Addr().String()
 	code, body := get(t, base+"/metrics")

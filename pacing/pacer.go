@@ -21,23 +21,31 @@ var (
 
 // Defaults for Config.
 const (
-	DefaultSlice  = 200 * time.Millisecond
-	DefaultGuard  = 5 * time.Millisecond
+	// DefaultSlice is ingest.DefaultSlice (200 ms).
+	DefaultSlice = ingest.DefaultSlice
+	// DefaultGuard is the least time a send stays in the account beyond
+	// one Window: 0, since the measured answer already bounds when the
+	// sink accepted it.
+	DefaultGuard = 0
+	// DefaultWindow is the sliding account's length: 1 s, the window a
+	// throttled service measures.
 	DefaultWindow = time.Second
 )
 
 // Config tunes a Pacer. The zero value uses the defaults.
 type Config struct {
 	// Slice is how often a slice opens and how much of the rate one slice
-	// carries (the token bucket's burst is rate × Slice). Default 200 ms.
+	// carries (the token bucket's burst is rate × Slice). Defaults to
+	// DefaultSlice (200 ms).
 	Slice time.Duration
-	// Guard is the send-to-accept jitter the account allows for: a spend
-	// stays in the account for Window + Guard. Default 5 ms; it must be
-	// shorter than Slice. A zero value means the default.
+	// Guard is the floor of the send-to-accept allowance: a send stays in
+	// the account until Window after its answer arrived, and at least
+	// Guard + Window after it was sent. Defaults to DefaultGuard (0); it
+	// must be shorter than Slice.
 	Guard time.Duration
-	// Window is the length of the sliding account: the units spent in any
-	// Window never exceed the integral of the rate over it. Default 1 s,
-	// the window a throttled service measures; at least Slice.
+	// Window is the length of the sliding account: the units in the
+	// account at any send never exceed the integral of the rate over the
+	// Window before it. Defaults to DefaultWindow (1 s); at least Slice.
 	Window time.Duration
 	// Cut is the factor the throttle ceiling is multiplied by for each
 	// slice in which the sink throttled the worker despite its leases
@@ -61,18 +69,21 @@ type Capacity interface {
 	Credit(from, to time.Time) float64
 }
 
-// Pacer opens slices of a worker's leased capacity; see the package
-// documentation for the budget rule. Create it with New.
+// Pacer opens slices of a worker's leased capacity and admits each send
+// against a sliding account; see the package documentation for the rules.
+// Create it with New.
 type Pacer struct {
 	slice, guard, window time.Duration
-	maxDelay             time.Duration // how late a slice may open to fit a full one
 	capa                 Capacity
 
-	mu     sync.Mutex
-	lim    *rate.Limiter // nil until the first slice
-	debt   int64         // units sent beyond the bucket, repaid before any budget
-	spends []spend       // oldest first; only those within window + guard
-	next   time.Time     // when the next slice opens; zero before the first
+	mu       sync.Mutex
+	lim      *rate.Limiter // nil until the first slice
+	debt     int64         // units sent beyond the bucket, repaid before any budget
+	spends   []*spend      // oldest first; those still in the account
+	next     time.Time     // when the next slice opens; zero before the first
+	opened   time.Time     // when the current slice opened: its sends draw on the bucket as of then
+	pass     int64         // a record costing more than the account holds, admitted on debt by Next: its Spend bypasses the account
+	answered chan struct{} // closed and replaced when an answer arrives
 
 	cut, recovery float64
 	throttled     bool    // the sink throttled since the last slice opened
@@ -87,6 +98,12 @@ type Stats struct {
 	// Budget is the units granted over all slices; Spent the units the
 	// pipeline reported sending (corrections included).
 	Budget, Spent int64
+	// Held counts sends the account made wait (for an older send to leave
+	// it); HeldFor is how long they waited in all.
+	Held    int64
+	HeldFor time.Duration
+	// InFlight is the units sent whose answer has not arrived.
+	InFlight int64
 	// Cuts is the number of slices whose rate was cut because the sink
 	// throttled during the one before.
 	Cuts int64
@@ -97,9 +114,20 @@ type Stats struct {
 	Ceiling float64
 }
 
+// spend is one send in the account.
 type spend struct {
-	at    time.Time
-	units int64
+	at       time.Time
+	units    int64
+	answered time.Time // zero while in flight
+}
+
+// leaves is when s leaves the account: Window after its answer, and no
+// sooner than Guard + Window after its send. In flight: never (so far).
+func (p *Pacer) leaves(s *spend) (time.Time, bool) {
+	if s.answered.IsZero() {
+		return time.Time{}, false
+	}
+	return maxTime(s.answered, s.at.Add(p.guard)).Add(p.window), true
 }
 
 // New returns a Pacer over capa. It returns an error if capa is nil or cfg
@@ -114,10 +142,11 @@ func New(cfg Config, capa Capacity) (*Pacer, error) {
 			cfg.Slice, cfg.Guard, cfg.Window)
 	}
 	p := &Pacer{
-		slice:  cmp.Or(cfg.Slice, DefaultSlice),
-		guard:  cmp.Or(cfg.Guard, DefaultGuard),
-		window: cmp.Or(cfg.Window, DefaultWindow),
-		capa:   capa,
+		slice:    cmp.Or(cfg.Slice, DefaultSlice),
+		guard:    cmp.Or(cfg.Guard, DefaultGuard),
+		window:   cmp.Or(cfg.Window, DefaultWindow),
+		capa:     capa,
+		answered: make(chan struct{}),
 	}
 	if p.guard >= p.slice {
 		return nil, fmt.Errorf("pacing: guard %v must be shorter than slice %v", p.guard, p.slice)
@@ -132,20 +161,20 @@ func New(cfg Config, capa Capacity) (*Pacer, error) {
 	if !(p.recovery > 0) || math.IsInf(p.recovery, 0) {
 		return nil, fmt.Errorf("pacing: recovery %v must be a positive fraction of the rate per second", cfg.Recovery)
 	}
-	p.maxDelay = p.guard + p.slice/4
 	return p, nil
 }
 
 // Next blocks until the next slice opens and returns its budget in units
-// (≥ 0). A slice opens Slice after the previous one; the first, and any
-// whose time has already passed when Next is called, opens at once. A slice
-// opens up to Guard + Slice/4 late when that lets the account admit its full
-// budget (see the package documentation), and the following one opens Slice
-// after it.
+// (≥ 0): what the token bucket allows, within what the sliding account will
+// hold by the end of the slice if the rate stays as it is. A slice opens
+// Slice after the previous one; the first, and any whose time has already
+// passed when Next is called, opens at once. Each send is still checked
+// against the account by Spend.
 //
-// want is the cost, in units, of the record waiting at the head of the line
-// (0 when none). When want exceeds the slice's budget and one slice of the
-// rate, the budget is want as soon as the record may be admitted on debt.
+// want is the cost, in units, of the record waiting at the head of the
+// line (0 when none). When want exceeds the slice's budget and one slice of
+// the rate, the budget is want as soon as the record may be admitted on
+// debt (see the package documentation).
 //
 // Next returns every slice, even when the budget is 0, and returns
 // context.Cause(ctx) once ctx is done.
@@ -162,51 +191,109 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 	if err := sleepUntil(ctx, open); err != nil {
 		return 0, err
 	}
-	deadline := open.Add(p.maxDelay)
-	p.mu.Lock()
-	p.feedback(p.rate(time.Now()))
-	p.mu.Unlock()
-	for {
-		p.mu.Lock()
-		budget, wait := p.openSlice(time.Now(), max(want, 0), deadline)
-		if wait.IsZero() {
-			p.next = open.Add(p.slice)
-			p.stats.Slices++
-			p.stats.Budget += budget
-			p.mu.Unlock()
-			return budget, nil
-		}
-		p.mu.Unlock()
-		// An old spend leaves the account at wait; the slice opens then.
-		if err := sleepUntil(ctx, wait); err != nil {
-			return 0, err
-		}
-		open = wait
-	}
-}
-
-// Spend records that units were sent now (the pipeline calls it right
-// before sending). Units the bucket cannot cover become debt. Units ≤ 0 are
-// ignored. Safe for concurrent use with Next.
-func (p *Pacer) Spend(units int64) {
-	if units <= 0 {
-		return
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
+	p.feedback(p.rate(now))
+	r := p.capped(p.rate(now))
+	burst := p.burst(r)
+	if p.lim == nil {
+		p.lim = rate.NewLimiter(rate.Limit(r), burst) // starts full
+	} else {
+		p.lim.SetLimitAt(now, rate.Limit(r))
+		p.lim.SetBurstAt(now, burst)
+	}
 	p.prune(now)
-	p.spends = append(p.spends, spend{at: now, units: units})
+	if pay := min(p.debt, wholeUnits(p.lim.TokensAt(now))); pay > 0 {
+		p.lim.ReserveN(now, int(pay))
+		p.debt -= pay
+	}
+	allow := wholeUnits(p.lim.TokensAt(now) - float64(p.debt))
+	var budget int64
+	if r > 0 { // no valid lease: nothing to send
+		budget = min(allow, wholeUnits(p.room(now.Add(p.slice), now, r)))
+	}
+	if want := max(want, 0); want > budget && want > int64(burst) && p.debt == 0 &&
+		float64(want) <= p.room(now, now, r)+epsilon {
+		budget = want // a record costing more than a slice, admitted on debt: the account holds it
+	} else if want > budget && want > int64(burst) && p.admits(now, r, want) {
+		budget, p.pass = want, want // no account at this rate ever could hold it
+	}
+	p.next, p.opened = open.Add(p.slice), now
+	p.stats.Slices++
+	p.stats.Budget += budget
+	return budget, nil
+}
+
+// Spend waits until units may be sent now — until the sliding account has
+// room for them, which it normally has within the budget Next gave — and
+// records them as sent; units the bucket cannot cover become debt. The
+// pipeline calls the returned func once the sink's answer has arrived (or
+// the send was abandoned); the send leaves the account Window after that.
+// Spend returns context.Cause(ctx) once ctx is done. Units ≤ 0 are recorded
+// as nothing. Safe for concurrent use with Next.
+func (p *Pacer) Spend(ctx context.Context, units int64) (answered func(), err error) {
+	if units <= 0 {
+		return func() {}, nil
+	}
+	var held time.Time
+	for {
+		p.mu.Lock()
+		now := time.Now()
+		p.prune(now)
+		r := p.capped(p.rate(now))
+		if float64(units) <= p.room(now, now, r)+epsilon || (p.pass > 0 && units <= p.pass) {
+			p.pass = 0
+			s := p.record(now, units)
+			if !held.IsZero() {
+				p.stats.Held++
+				p.stats.HeldFor += now.Sub(held)
+			}
+			p.mu.Unlock()
+			return sync.OnceFunc(func() { p.answer(s) }), nil
+		}
+		if held.IsZero() {
+			held = now
+		}
+		wake, changed := p.nextRoom(now, r, units), p.answered
+		p.mu.Unlock()
+		if err := waitUntil(ctx, wake, changed); err != nil {
+			return func() {}, err
+		}
+	}
+}
+
+// record adds a send of units at now. p.mu is held.
+func (p *Pacer) record(now time.Time, units int64) *spend {
+	s := &spend{at: now, units: units}
+	p.spends = append(p.spends, s)
 	p.stats.Spent += units
 	var take int64
 	if p.lim != nil {
-		take = min(units, wholeUnits(p.lim.TokensAt(now)))
+		// The slice's sends draw on the bucket as of its opening, so that
+		// a send the account held back does not lose the tokens that
+		// accrued meanwhile (the bucket is capped at one slice).
+		at := p.opened
+		take = min(units, wholeUnits(p.lim.TokensAt(at)))
 		if take > 0 {
-			p.lim.ReserveN(now, int(take)) // take ≤ tokens ≤ burst: always granted at once
+			p.lim.ReserveN(at, int(take)) // take ≤ tokens ≤ burst: always granted at once
 		}
 	}
 	p.debt += units - take
+	return s
 }
+
+// answer marks s answered now.
+func (p *Pacer) answer(s *spend) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.answered = time.Now()
+	close(p.answered)
+	p.answered = make(chan struct{})
+}
+
+// SliceLength returns the slice the pacer opens (Config.Slice).
+func (p *Pacer) SliceLength() time.Duration { return p.slice }
 
 // Throttled reports that the sink throttled a write (HTTP 429) although the
 // worker kept to its leases: someone else is using the service. The next
@@ -226,6 +313,11 @@ func (p *Pacer) Stats() Stats {
 	defer p.mu.Unlock()
 	st := p.stats
 	st.Ceiling = p.ceiling
+	for _, s := range p.spends {
+		if s.answered.IsZero() {
+			st.InFlight += s.units
+		}
+	}
 	return st
 }
 
@@ -258,84 +350,47 @@ func (p *Pacer) capped(r float64) float64 {
 	return r
 }
 
-// openSlice computes the budget of a slice opening at now. If the account is what
-// keeps the budget short and an old spend leaves it by deadline, it returns
-// the first instant at which the full budget fits instead. p.mu is held.
-func (p *Pacer) openSlice(now time.Time, want int64, deadline time.Time) (budget int64, wait time.Time) {
-	r := p.capped(p.rate(now))
-	burst := p.burst(r)
-	if p.lim == nil {
-		p.lim = rate.NewLimiter(rate.Limit(r), burst) // starts full
-	} else {
-		p.lim.SetLimitAt(now, rate.Limit(r))
-		p.lim.SetBurstAt(now, burst)
-	}
-	p.prune(now)
-	if pay := min(p.debt, wholeUnits(p.lim.TokensAt(now))); pay > 0 {
-		p.lim.ReserveN(now, int(pay))
-		p.debt -= pay
-	}
-	budget, short := p.budgetAt(now, now, r, want)
-	if !short {
-		return budget, time.Time{}
-	}
+// room is what the account can take at t ≥ now: the credit of the Window
+// before t (the part after now predicted at rate r) minus the units still
+// in the account at t. p.mu is held.
+func (p *Pacer) room(t, now time.Time, r float64) float64 {
+	var held int64
 	for _, s := range p.spends {
-		leaves := s.at.Add(p.window + p.guard)
-		if leaves.After(deadline) {
-			break
-		}
-		if !leaves.After(now) {
-			continue
-		}
-		// Worth waiting for once a full slice fits (to within rounding):
-		// the bucket keeps filling while we wait, so "not short of the
-		// bucket" may never come within the deadline. Worth waiting for
-		// too when the wait gains half a slice or more: budgets are
-		// floored to whole units, so the slice freed by a spend that
-		// leaves a millisecond from now can be a unit or two short of
-		// r × Slice (at 2000/3 units/s, 131 or 132 of 133.3) while the
-		// budget now is nearly nothing; not waiting would lose the slice.
-		if b, short := p.budgetAt(leaves, now, r, want); !short || float64(b) >= r*p.slice.Seconds()-1 || float64(b-budget) >= r*p.slice.Seconds()/2 {
-			return 0, leaves
+		if leave, ok := p.leaves(s); !ok || leave.After(t) {
+			held += s.units
 		}
 	}
-	return budget, time.Time{}
+	return p.credit(t.Add(-p.window), t, now, r) - float64(held)
 }
 
-// budgetAt is the budget a slice opening at t ≥ now would get, assuming the
-// rate stays r and nothing more is spent until then. short reports that the
-// account, not the bucket or debt, is what keeps the budget below its full
-// size, so that waiting for an old spend to leave could help. p.mu is held.
-func (p *Pacer) budgetAt(t, now time.Time, r float64, want int64) (budget int64, short bool) {
-	if r == 0 {
-		return 0, false
+// admits applies the rule for a record costing more than one Window at the
+// current rate, which no account can ever hold: it may go once nothing is
+// in the account, nothing is owed, and the account holds at least Window −
+// Slice of credit at rate r. p.mu is held.
+func (p *Pacer) admits(now time.Time, r float64, units int64) bool {
+	perWindow := r * p.window.Seconds()
+	if r == 0 || float64(units) <= perWindow || p.debt > 0 || len(p.spends) > 0 {
+		return false
 	}
-	allow := wholeUnits(p.lim.TokensAt(t) - float64(p.debt))
-	var spent int64
+	return p.credit(now.Add(-p.window), now, now, r)+epsilon >= perWindow-r*p.slice.Seconds()
+}
+
+// nextRoom is when the account may next have room for units: the next
+// answered send leaving it, or the credit growing enough at rate r,
+// whichever comes first (within a slice; sends in flight leave only after
+// their answers, which wake Spend on their own). p.mu is held.
+func (p *Pacer) nextRoom(now time.Time, r float64, units int64) time.Time {
+	next := now.Add(p.slice)
+	if r > 0 {
+		short := float64(units) - p.room(now, now, r)
+		next = minTime(next, now.Add(max(time.Duration(short/r*float64(time.Second)), time.Millisecond)))
+	}
 	for _, s := range p.spends {
-		if s.at.After(t.Add(-p.window - p.guard)) {
-			spent += s.units
+		if leave, ok := p.leaves(s); ok && leave.After(now) {
+			next = minTime(next, leave)
 		}
 	}
-	credit := p.credit(t.Add(-p.window), t, now, r)
-	room := credit - float64(spent)
-	budget = min(allow, wholeUnits(room))
-
-	if want <= budget || want <= int64(p.burst(r)) || p.debt > 0 {
-		// An ordinary slice: the record fits a slice, or debt comes first.
-		return budget, budget < allow
-	}
-	// A record costing more than a slice: admit it on debt if the account
-	// holds it, or, if no window at this rate ever could, once the window
-	// is empty and (but for a slice) fully credited.
-	if float64(want) <= room+epsilon {
-		return want, false
-	}
-	perWindow := r * p.window.Seconds()
-	if float64(want) > perWindow && spent == 0 && credit+epsilon >= perWindow-r*p.slice.Seconds() {
-		return want, false
-	}
-	return budget, true
+	return next
 }
 
 // credit is Capacity.Credit over [from, to), predicting the part after now
@@ -372,14 +427,16 @@ func (p *Pacer) burst(r float64) int {
 	return int(min(max(b, 1), math.MaxInt32))
 }
 
-// prune forgets the spends that have left the account at now.
+// prune forgets the sends that have left the account at now.
 func (p *Pacer) prune(now time.Time) {
-	cut := now.Add(-p.window - p.guard)
-	i := 0
-	for i < len(p.spends) && !p.spends[i].at.After(cut) {
-		i++
+	keep := p.spends[:0]
+	for _, s := range p.spends {
+		if leave, ok := p.leaves(s); !ok || leave.After(now) {
+			keep = append(keep, s)
+		}
 	}
-	p.spends = p.spends[i:]
+	clear(p.spends[len(keep):])
+	p.spends = keep
 }
 
 // epsilon absorbs floating-point error in credit and token arithmetic (the
@@ -394,16 +451,37 @@ func wholeUnits(x float64) int64 {
 	return int64(min(math.Floor(x+epsilon), math.MaxInt64/2))
 }
 
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // sleepUntil blocks until t or until ctx is done.
 func sleepUntil(ctx context.Context, t time.Time) error {
+	return waitUntil(ctx, t, nil)
+}
+
+// waitUntil blocks until t, until ch is closed, or until ctx is done.
+func waitUntil(ctx context.Context, t time.Time, ch <-chan struct{}) error {
 	d := time.Until(t)
 	if d <= 0 {
-		return nil
+		return context.Cause(ctx)
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
+		return nil
+	case <-ch:
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)

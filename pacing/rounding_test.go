@@ -31,22 +31,14 @@ func (c stepCapacity) Credit(from, to time.Time) float64 {
 	return to.Sub(from).Seconds() * c.r
 }
 
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 // A rate whose slice is not a whole number of units (2000/3 units/s: 133.3
 // per slice) must not lose a slice to rounding when an old spend is about
 // to leave the account: once full slices flow, every slice gets one
 // (within rounding). With jitter, as in a real worker, records are
 // collected for a few milliseconds between a slice's opening and its
-// Spend, so the oldest spend can still be in the account by a millisecond
-// when a slice opens, and the floored budget after it leaves falls a unit
-// or two short of a slice: waiting that millisecond must win over sending
-// nothing.
+// Spend, so the oldest spend can still be in the account when a slice
+// opens; the budget counts on it leaving by the end of the slice, and
+// Spend waits the millisecond it takes.
 func TestFractionalSliceNeverSkipsASlice(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -62,7 +54,7 @@ func TestFractionalSliceNeverSkipsASlice(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				c := stepCapacity{on: time.Now().Add(330 * time.Millisecond), r: 2000.0 / 3}
-				p, err := New(Config{Guard: 20 * time.Millisecond}, c)
+				p, err := New(Config{}, c)
 				require.NoError(t, err)
 				rng := rand.New(rand.NewPCG(1, 2))
 				flowing := false
@@ -76,7 +68,9 @@ func TestFractionalSliceNeverSkipsASlice(t *testing.T) {
 					if tt.jitter > 0 {
 						time.Sleep(time.Duration(rng.Int64N(int64(tt.jitter))))
 					}
-					p.Spend(b)
+					answered, err := p.Spend(context.Background(), b)
+					require.NoError(t, err)
+					answered()
 				}
 				require.True(t, flowing)
 			})

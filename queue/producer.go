@@ -183,20 +183,31 @@ func NewDeadLetterWriter(cfg ProducerConfig) (*DeadLetterWriter, error) {
 	return &DeadLetterWriter{p: p}, nil
 }
 
-// DeadLetter writes rec to DeadLetterTopic(rec.Pos.Topic) with reason and
-// returns nil once every in-sync replica has it. It fails (wrapping
-// ErrNoTopic) when rec.Pos.Topic is empty.
-func (d *DeadLetterWriter) DeadLetter(ctx context.Context, rec ingest.Record, reason string) error {
-	if rec.Pos.Topic == "" {
-		return fmt.Errorf("dead-letter record %q: %w", rec.ID, ErrNoTopic)
+// DeadLetter writes every letter's record to DeadLetterTopic of its
+// Record.Pos.Topic with its reason, in one batch, and returns nil once every
+// in-sync replica has them all. It fails (wrapping ErrNoTopic) when a
+// record's Pos.Topic is empty, before writing anything.
+func (d *DeadLetterWriter) DeadLetter(ctx context.Context, letters ...ingest.DeadLetter) error {
+	msgs := make([]kafka.Message, len(letters))
+	for i, l := range letters {
+		rec := l.Record
+		if rec.Pos.Topic == "" {
+			return fmt.Errorf("dead-letter record %q: %w", rec.ID, ErrNoTopic)
+		}
+		headers := []kafka.Header{{Key: HeaderReason, Value: []byte(l.Reason)}}
+		if rec.Pos.Offset >= 0 {
+			headers = append(headers, kafka.Header{Key: HeaderSource, Value: []byte(rec.Pos.String())})
+		}
+		msgs[i] = message(DeadLetterTopic(rec.Pos.Topic), rec, headers...)
 	}
-	headers := []kafka.Header{{Key: HeaderReason, Value: []byte(reason)}}
-	if rec.Pos.Offset >= 0 {
-		headers = append(headers, kafka.Header{Key: HeaderSource, Value: []byte(rec.Pos.String())})
+	if len(msgs) == 0 {
+		return nil
 	}
-	topic := DeadLetterTopic(rec.Pos.Topic)
-	if err := d.p.w.WriteMessages(ctx, message(topic, rec, headers...)); err != nil {
-		return fmt.Errorf("dead-letter record %q from %s to topic %q: %w", rec.ID, rec.Pos, topic, d.p.conn.annotate(d.p.brokers, err))
+	if err := d.p.w.WriteMessages(ctx, msgs...); err != nil {
+		if len(letters) == 1 {
+			return fmt.Errorf("dead-letter record %q from %s to topic %q: %w", letters[0].Record.ID, letters[0].Record.Pos, msgs[0].Topic, d.p.conn.annotate(d.p.brokers, err))
+		}
+		return fmt.Errorf("dead-letter %d records: %w", len(letters), d.p.conn.annotate(d.p.brokers, err))
 	}
 	return nil
 }

@@ -46,10 +46,10 @@ func TestDeadLetterLandsInDLQWithHeaders(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, dlq.Close()) }()
 	ctx := testContext(t)
-	require.NoError(t, dlq.DeadLetter(ctx, rec, "HTTP 400: field mag is not a number"))
+	require.NoError(t, dlq.DeadLetter(ctx, ingest.DeadLetter{Record: rec, Reason: "HTTP 400: field mag is not a number"}))
 	// A malformed input row: never in Kafka, so no sluice-source.
 	row := ingest.Record{ID: "sha256:abc", Value: []byte("not json"), Pos: ingest.Position{Topic: topic, Offset: -1}}
-	require.NoError(t, dlq.DeadLetter(ctx, row, "quakes.csv:7: wrong number of fields"))
+	require.NoError(t, dlq.DeadLetter(ctx, ingest.DeadLetter{Record: row, Reason: "quakes.csv:7: wrong number of fields"}))
 	src.Done(rec)
 	require.NoError(t, stop())
 
@@ -71,7 +71,7 @@ func TestDeadLetterWithoutTopic(t *testing.T) {
 	dlq, err := NewDeadLetterWriter(ProducerConfig{Brokers: testBrokers})
 	require.NoError(t, err)
 	defer dlq.Close()
-	err = dlq.DeadLetter(testContext(t), ingest.Record{ID: "x"}, "why")
+	err = dlq.DeadLetter(testContext(t), ingest.DeadLetter{Record: ingest.Record{ID: "x"}, Reason: "why"})
 	require.ErrorIs(t, err, ErrNoTopic)
 }
 

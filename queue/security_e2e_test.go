@@ -152,7 +152,7 @@ func TestSecureProduceConsume(t *testing.T) {
 
 			dlq, err := NewDeadLetterWriter(ProducerConfig{Brokers: brokers, Conn: conn, Logger: testLogger()})
 			require.NoError(t, err)
-			require.NoError(t, dlq.DeadLetter(ctx, first, "test"))
+			require.NoError(t, dlq.DeadLetter(ctx, ingest.DeadLetter{Record: first, Reason: "test"}))
 			require.NoError(t, dlq.Close())
 			end, err = admin.EndOffsets(ctx, DeadLetterTopic(topic))
 			require.NoError(t, err)

@@ -15,11 +15,12 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
 )
 
 // ErrInvalid is wrapped by every error Load returns about a types
 // file or one of its schemas.
-var ErrInvalid = errors.New("ingest: record type")
+var ErrInvalid = errors.New("recordtype: invalid types file")
 
 // Type describes one kind of record submitted by producers: where it
 // is queued, how it is identified, validated and enriched, and where it is
@@ -67,12 +68,26 @@ type PoolSpec struct {
 	Capacity float64 `yaml:"capacity"`
 	// Unit is records, bytes or cost; empty: records.
 	Unit string `yaml:"unit"`
-	// Partitions is the number of capacity partitions; 0: the flag's default.
+	// Partitions is the number of capacity partitions; 0: 20
+	// (lease.DefaultPartitions).
 	Partitions int `yaml:"partitions"`
-	// LeaseTTL is the lease time-to-live, e.g. "15s"; 0: the flag's default.
+	// LeaseTTL is the lease time-to-live, e.g. "15s"; 0: 15 s
+	// (lease.DefaultTTL).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// Reserved is the number of partitions a worker holds for its lifetime.
 	Reserved int `yaml:"reserved_partitions"`
+}
+
+// Pool returns the lease pool named name that p defines, with the lease
+// package's defaults for the fields p leaves zero.
+func (p *PoolSpec) Pool(name string) lease.Pool {
+	return lease.Pool{
+		Name:       name,
+		Capacity:   p.Capacity,
+		Unit:       ingest.Unit(cmp.Or(p.Unit, string(ingest.UnitRecords))),
+		Partitions: cmp.Or(p.Partitions, lease.DefaultPartitions),
+		TTL:        cmp.Or(p.LeaseTTL, lease.DefaultTTL),
+	}
 }
 
 // Load reads a YAML types file mapping type names to Type under
@@ -97,11 +112,11 @@ func Load(path string) (map[string]*Type, error) {
 		return nil, fmt.Errorf("%w: %s: no types defined under \"types\"", ErrInvalid, path)
 	}
 	for name, p := range doc.Pools {
-		if p == nil || !(p.Capacity > 0) || p.Partitions < 0 || p.LeaseTTL < 0 || p.Reserved < 0 {
-			return nil, fmt.Errorf("%w: %s: pool %q: capacity must be > 0, partitions, lease_ttl and reserved_partitions ≥ 0", ErrInvalid, path, name)
+		if p == nil {
+			return nil, fmt.Errorf("%w: %s: pool %q is empty", ErrInvalid, path, name)
 		}
-		if _, err := ingest.ParseUnit(cmp.Or(p.Unit, "records")); err != nil {
-			return nil, fmt.Errorf("%w: %s: pool %q: %w", ErrInvalid, path, name, err)
+		if err := p.Pool(name).Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
 		}
 	}
 	for name, t := range doc.Types {

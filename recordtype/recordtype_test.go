@@ -60,7 +60,7 @@ func TestLoadTypesErrors(t *testing.T) {
 		{"bad enrichment", "types:\n  a:\n    topic: t\n    enrich: [x]\n", "unknown enrichment"},
 		{"missing schema", "types:\n  a:\n    topic: t\n    schema: nope.json\n", "nope.json"},
 		{"empty", "types: {}\n", "no types"},
-		{"pool without capacity", "pools:\n  p: {partitions: 2}\ntypes:\n  a: {topic: t, pool: p}\n", `pool "p": capacity must be > 0`},
+		{"pool without capacity", "pools:\n  p: {partitions: 2}\ntypes:\n  a: {topic: t, pool: p}\n", `pool "p": capacity must be a finite number > 0`},
 		{"pool with a bad unit", "pools:\n  p: {capacity: 5, unit: RU}\ntypes:\n  a: {topic: t}\n", `unknown unit "RU"`},
 		{"bad sink key", "types:\n  a:\n    topic: t\n    sink_key: {template: \"{id}\", strategy: zigzag}\n", `type "a": ingest: sink key rule: unknown strategy "zigzag"`},
 		{"pool with a bad TTL", "pools:\n  p: {capacity: 5, lease_ttl: soon}\ntypes:\n  a: {topic: t}\n", "line 2"},

@@ -107,7 +107,7 @@ func NewAzureTables(ctx context.Context, cfg AzureTablesConfig) (*AzureTablesSin
 	case cfg.Account == "":
 		return nil, fmt.Errorf("%w: account is required", ErrAzureConfig)
 	case cfg.Key == "":
-		return nil, fmt.Errorf("%w: account key is required (SLUICE_AZURE_ACCOUNT_KEY or --azure-account-key-file)", ErrAzureConfig)
+		return nil, fmt.Errorf("%w: account key is required", ErrAzureConfig)
 	case !validTableName(cfg.Table):
 		return nil, fmt.Errorf("%w: table %q: want 3-63 letters and digits, not starting with a digit", ErrAzureConfig, cfg.Table)
 	case cfg.Timeout < 0:
@@ -138,10 +138,33 @@ func NewAzureTables(ctx context.Context, cfg AzureTablesConfig) (*AzureTablesSin
 	return &AzureTablesSink{
 		client:    svc.NewClient(cfg.Table),
 		transport: transport,
-		timeout:   cmp.Or(cfg.Timeout, DefaultTimeout),
+		timeout:   cfg.Timeout,
 		batch:     cfg.Batch, // GroupBatches takes the maxima for zero fields
 		log:       cmp.Or(cfg.Logger, slog.Default()),
 	}, nil
+}
+
+// Warm implements ingest.Warmer: it reads the table's access policy once
+// per connection wanted (up to conns at once), which opens the connections
+// and checks the key and the table.
+func (a *AzureTablesSink) Warm(ctx context.Context, conns int) error {
+	errs := make(chan error, max(conns, 1))
+	for range max(conns, 1) {
+		go func() {
+			_, err := a.client.GetAccessPolicy(ctx, nil)
+			errs <- err
+		}()
+	}
+	var first error
+	for range max(conns, 1) {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("sink: azure tables does not answer: %w", first)
+	}
+	return nil
 }
 
 // Close closes the idle connections to the service.
@@ -204,7 +227,10 @@ func (a *AzureTablesSink) submit(ctx context.Context, ops []azureOp, out []inges
 	for k, op := range ops {
 		actions[k] = aztables.TransactionAction{ActionType: aztables.TransactionTypeInsertReplace, Entity: op.entity}
 	}
-	tctx, cancel := context.WithTimeout(ctx, a.timeout)
+	tctx, cancel := ctx, context.CancelFunc(func() {})
+	if a.timeout > 0 {
+		tctx, cancel = context.WithTimeout(ctx, a.timeout)
+	}
 	_, err := a.client.SubmitTransaction(tctx, actions, nil)
 	cancel()
 	if err == nil {
@@ -258,6 +284,10 @@ func classifyAzure(err error) (res ingest.Result, perRecord bool) {
 	}
 	reason := fmt.Sprintf("azure tables: HTTP %d %s", status, code)
 	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed:
+		// Credentials, a missing table, a wrong endpoint: the sink's
+		// problem, not the record's.
+		return ingest.Result{}, false
 	case http.StatusTooManyRequests:
 		return ingest.Result{Outcome: ingest.Retryable, Throttled: true, Reason: reason}, true
 	case http.StatusRequestTimeout, http.StatusInternalServerError, http.StatusBadGateway,

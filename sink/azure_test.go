@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
@@ -81,7 +82,7 @@ func TestAzureTablesConformance(t *testing.T) {
 			opts.Transport = &http.Client{Transport: transport}
 			svc, err := aztables.NewServiceClientWithSharedKey("http://"+addr+"/devstoreaccount1", cred, opts)
 			require.NoError(t, err)
-			return &AzureTablesSink{client: svc.NewClient("stopped"), transport: transport, timeout: DefaultTimeout}, []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`)}}
+			return &AzureTablesSink{client: svc.NewClient("stopped"), transport: transport, timeout: 2 * time.Second}, []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`)}}
 		},
 		// A string property over Table Storage's 64 KiB limit.
 		Bad: func(id string) ingest.Record {
@@ -148,9 +149,11 @@ func TestOpenAzureTablesFromURL(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ingest.Delivered, res[0].Outcome)
 
-	t.Setenv(EnvAzureAccountKey, "")
 	_, err = Open(t.Context(), azuriteURL(t)+"?table=openurl", OpenConfig{})
-	require.ErrorContains(t, err, EnvAzureAccountKey)
+	require.ErrorContains(t, err, "the account key is missing")
+	s2, err := Open(t.Context(), azuriteURL(t)+"?table=openurl", OpenConfig{AccountKey: azuriteKey})
+	require.NoError(t, err)
+	require.NoError(t, s2.Close())
 	for _, bad := range []string{"azuretables://127.0.0.1:1/a", "azuretables://u:p@127.0.0.1:1/a?table=abc", "azuretables://127.0.0.1:1/a?table=a_b"} {
 		_, err := Open(t.Context(), bad, OpenConfig{})
 		require.ErrorIs(t, err, ErrSinkURL, bad)

@@ -44,14 +44,20 @@ func TestClassifyAzure(t *testing.T) {
 		{&azcore.ResponseError{StatusCode: 500, ErrorCode: "OperationTimedOut"}, ingest.Retryable, false},
 		{&azcore.ResponseError{StatusCode: 429}, ingest.Retryable, true},
 		{&azcore.ResponseError{StatusCode: 400, ErrorCode: "PropertyValueTooLarge"}, ingest.Permanent, false},
-		{&azcore.ResponseError{StatusCode: 403, ErrorCode: "AuthorizationFailure"}, ingest.Permanent, false},
-		{&azcore.ResponseError{StatusCode: 404, ErrorCode: "TableNotFound"}, ingest.Permanent, false},
 	} {
 		res, perRecord := classifyAzure(tt.err)
 		require.True(t, perRecord)
 		require.Equal(t, tt.want, res.Outcome, "%d %s", tt.err.StatusCode, tt.err.ErrorCode)
 		require.Equal(t, tt.throttled, res.Throttled, "%d %s", tt.err.StatusCode, tt.err.ErrorCode)
 	}
-	_, perRecord := classifyAzure(errors.New("dial tcp: connection refused"))
-	require.False(t, perRecord)
+	// Not the record's fault: the whole attempt failed.
+	for _, err := range []error{
+		errors.New("dial tcp: connection refused"),
+		&azcore.ResponseError{StatusCode: 401, ErrorCode: "AuthenticationFailed"},
+		&azcore.ResponseError{StatusCode: 403, ErrorCode: "AuthorizationFailure"},
+		&azcore.ResponseError{StatusCode: 404, ErrorCode: "TableNotFound"},
+	} {
+		_, perRecord := classifyAzure(err)
+		require.False(t, perRecord, "%v", err)
+	}
 }

@@ -33,6 +33,6 @@ func ExampleCheckURL() {
 	// Output:
 	// <nil>
 	// <nil>
-	// --sink: "postgres://sluice@127.0.0.1:15432/app" needs ?table=<name>
+	// sink URL: "postgres://sluice@127.0.0.1:15432/app" needs ?table=<name>
 	// <nil>
 }

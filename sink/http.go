@@ -22,9 +22,6 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 )
 
-// DefaultTimeout is the default per-request timeout of HTTPSink.
-const DefaultTimeout = 2 * time.Second
-
 // maxResponseBytes bounds how much of a response HTTPSink reads.
 const maxResponseBytes = 32 << 20
 
@@ -38,7 +35,8 @@ type HTTPConfig struct {
 	// http or https. The wire paths (/v1/records, /v1/stats) are appended.
 	URL string
 	// Timeout bounds each request, connection and response body included.
-	// Default 2 s.
+	// Default 0: only the caller's deadline (the pipeline puts its request
+	// timeout on every write).
 	Timeout time.Duration
 	// Client sends the requests. Default: a client with its own pooled
 	// transport (up to 64 idle connections to the sink, TLS as CAFile and
@@ -84,9 +82,6 @@ func NewHTTP(cfg HTTPConfig) (*HTTPSink, error) {
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("sink: timeout %v is negative", cfg.Timeout)
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
 	if cfg.Client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
@@ -126,13 +121,14 @@ func NewHTTP(cfg HTTPConfig) (*HTTPSink, error) {
 //     Throttled with the answer's Retry-After, other retryable statuses (408,
 //     5xx but 501/505; see RetryableStatus) → Retryable, anything else (400,
 //     other 4xx) → Permanent; Reason is "HTTP <status>: <error>";
-//   - a whole-request 429 without per-record results → every record
-//     Retryable and Throttled; another whole-request error status → every
-//     record Retryable or Permanent by RetryableStatus.
+//   - a whole-request 429 with one result per record is read record by
+//     record.
 //
-// It returns an error (the whole batch is retryable) on a transport error,
-// on a timeout, and on an answer that breaks the protocol (ErrProtocol); once
-// ctx is done it returns context.Cause(ctx).
+// It returns an error — the request failed as a whole, and the pipeline
+// pauses the sink — on a transport error, a timeout, an answer that breaks
+// the protocol (ErrProtocol), and any error status for the whole request:
+// an *ingest.SinkError, Throttled for 429 and for 503 with Retry-After.
+// Once ctx is done it returns context.Cause(ctx).
 func (h *HTTPSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.Result, error) {
 	if len(batch) == 0 {
 		return []ingest.Result{}, nil
@@ -166,18 +162,44 @@ func (h *HTTPSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.R
 		chargeRequest(out, batch, resp.Header)
 		return out, nil
 	case code >= 400:
+		// A status for the whole request is about the request or the sink
+		// (credentials, a wrong URL or format, an outage, throttling),
+		// never a verdict about each record in it.
 		msg := wr.Error
 		if jsonErr != nil || msg == "" {
 			msg = strings.TrimSpace(string(body[:min(len(body), 512)]))
 		}
-		res := recordResult(code, msg, retryAfter)
-		out := make([]ingest.Result, len(batch))
-		for i := range out {
-			out[i] = res
+		return nil, &ingest.SinkError{
+			Throttled:  code == http.StatusTooManyRequests || (code == http.StatusServiceUnavailable && retryAfter > 0),
+			RetryAfter: retryAfter,
+			Err:        fmt.Errorf("sink: HTTP %d: %s", code, msg),
 		}
-		return out, nil
 	}
 	return nil, fmt.Errorf("%w: unexpected HTTP %d", ErrProtocol, code)
+}
+
+// Warm implements ingest.Warmer: it sends up to conns concurrent GET
+// /v1/stats requests, which opens that many connections (kept idle for
+// the writes), and returns an error when the sink does not answer at all.
+// Any HTTP status counts as an answer.
+func (h *HTTPSink) Warm(ctx context.Context, conns int) error {
+	errs := make(chan error, max(conns, 1))
+	for range max(conns, 1) {
+		go func() {
+			_, _, err := h.do(ctx, http.MethodGet, h.stats, nil, "")
+			errs <- err
+		}()
+	}
+	var first error
+	for range max(conns, 1) {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("sink: %s does not answer: %w", h.records, first)
+	}
+	return nil
 }
 
 // chargeRequest attributes a request charge header to the results when the
@@ -263,7 +285,10 @@ func (h *HTTPSink) Stats(ctx context.Context) (ingest.SinkStats, error) {
 
 // do sends one request under the sink's timeout and reads the whole answer.
 func (h *HTTPSink) do(ctx context.Context, method, url string, body []byte, idemKey string) (*http.Response, []byte, error) {
-	rctx, cancel := context.WithTimeout(ctx, h.timeout)
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if h.timeout > 0 {
+		rctx, cancel = context.WithTimeout(ctx, h.timeout)
+	}
 	defer cancel()
 	var rd io.Reader
 	if body != nil {

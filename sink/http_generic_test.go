@@ -70,26 +70,27 @@ func TestHTTPSinkHeadersIdempotencyKeyAndNDJSON(t *testing.T) {
 
 // Every status a service may answer a whole request with, against an
 // httptest server: retryable ones retry, the others dead-letter.
+// A status for the whole request is a failure of the request or the sink
+// (credentials, a wrong URL or format, an outage, throttling), never a
+// verdict about each record: Write returns it as an *ingest.SinkError.
 func TestHTTPSinkEveryStatus(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		code int
-		want ingest.Outcome
+		code      int
+		throttled bool
 	}{
-		{408, ingest.Retryable}, {429, ingest.Retryable}, {500, ingest.Retryable}, {502, ingest.Retryable},
-		{503, ingest.Retryable}, {504, ingest.Retryable},
-		{400, ingest.Permanent}, {401, ingest.Permanent}, {403, ingest.Permanent}, {404, ingest.Permanent},
-		{409, ingest.Permanent}, {413, ingest.Permanent}, {422, ingest.Permanent}, {501, ingest.Permanent},
+		{408, false}, {429, true}, {500, false}, {502, false}, {503, false}, {504, false},
+		{400, false}, {401, false}, {403, false}, {404, false}, {409, false}, {413, false}, {422, false}, {501, false},
 	} {
 		hs := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, tt.code, WireResponse{Error: "nope"})
 		}))
 		res, err := hs.Write(t.Context(), []ingest.Record{{ID: "a", Value: []byte(`{}`)}, {ID: "b", Value: []byte(`{}`)}})
-		require.NoError(t, err, "HTTP %d", tt.code)
-		for _, r := range res {
-			require.Equal(t, tt.want, r.Outcome, "HTTP %d", tt.code)
-			require.Contains(t, r.Reason, fmt.Sprint(tt.code))
-		}
+		require.Nil(t, res, "HTTP %d", tt.code)
+		var se *ingest.SinkError
+		require.ErrorAs(t, err, &se, "HTTP %d", tt.code)
+		require.Equal(t, tt.throttled, se.Throttled, "HTTP %d", tt.code)
+		require.ErrorContains(t, err, fmt.Sprintf("HTTP %d: nope", tt.code))
 	}
 }
 
@@ -138,10 +139,9 @@ func TestHTTPSinkTLS(t *testing.T) {
 func TestReadHeaders(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "headers")
 	require.NoError(t, os.WriteFile(file, []byte("# comment\nX-Api-Key: k1\n\nX-Tenant:  t \n"), 0o600))
-	t.Setenv(EnvSinkAuthorization, "Bearer tok")
 	h, err := readHeaders(file)
 	require.NoError(t, err)
-	require.Equal(t, http.Header{"X-Api-Key": {"k1"}, "X-Tenant": {"t"}, "Authorization": {"Bearer tok"}}, h)
+	require.Equal(t, http.Header{"X-Api-Key": {"k1"}, "X-Tenant": {"t"}}, h)
 
 	require.NoError(t, os.WriteFile(file, []byte("X-Ok: 1\nno colon secret\n"), 0o600))
 	_, err = readHeaders(file)
@@ -185,7 +185,7 @@ func TestNewHTTPValidates(t *testing.T) {
 	hs, err := NewHTTP(HTTPConfig{URL: "https://example:8443/base/"})
 	require.NoError(t, err)
 	require.Equal(t, "https://example:8443/base/v1/records", hs.records)
-	require.Equal(t, DefaultTimeout, hs.timeout)
+	require.Zero(t, hs.timeout, "the caller's deadline alone")
 }
 
 func TestEncodeBatch(t *testing.T) {

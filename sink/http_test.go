@@ -99,37 +99,35 @@ func TestHTTPSinkWholeRequestStatuses(t *testing.T) {
 	t.Parallel()
 	batch := []ingest.Record{record("a", `{}`, 1), record("b", `{}`, 2)}
 	tests := []struct {
-		name    string
-		status  int
-		header  map[string]string
-		body    string
-		want    ingest.Result
-		wantErr string
+		name     string
+		status   int
+		header   map[string]string
+		body     string
+		want     *ingest.SinkError // with Err's text
+		protocol string            // an ErrProtocol naming this
 	}{
 		{name: "429 without results", status: 429, header: map[string]string{"Retry-After": "2"},
-			want: ingest.Result{Outcome: ingest.Retryable, Throttled: true, RetryAfter: 2 * time.Second, Reason: "HTTP 429"}},
+			want: &ingest.SinkError{Throttled: true, RetryAfter: 2 * time.Second, Err: errors.New("sink: HTTP 429: ")}},
 		{name: "429 prefers ms header", status: 429, header: map[string]string{"Retry-After": "2", sink.HeaderRetryAfterMs: "120"},
-			want: ingest.Result{Outcome: ingest.Retryable, Throttled: true, RetryAfter: 120 * time.Millisecond, Reason: "HTTP 429"}},
+			want: &ingest.SinkError{Throttled: true, RetryAfter: 120 * time.Millisecond, Err: errors.New("sink: HTTP 429: ")}},
+		{name: "503 with Retry-After is throttling", status: 503, header: map[string]string{"Retry-After": "1"}, body: "busy",
+			want: &ingest.SinkError{Throttled: true, RetryAfter: time.Second, Err: errors.New("sink: HTTP 503: busy")}},
 		{name: "503 text body", status: 503, body: "overloaded",
-			want: ingest.Result{Outcome: ingest.Retryable, Reason: "HTTP 503: overloaded"}},
-		{name: "408", status: 408,
-			want: ingest.Result{Outcome: ingest.Retryable, Reason: "HTTP 408"}},
-		{name: "400 wire error", status: 400, body: `{"results":[],"error":"request body must be a JSON array"}`,
-			want: ingest.Result{Outcome: ingest.Permanent, Reason: "HTTP 400: request body must be a JSON array"}},
-		{name: "413", status: 413, body: `{"results":[],"error":"request body exceeds 10 bytes"}`,
-			want: ingest.Result{Outcome: ingest.Permanent, Reason: "HTTP 413: request body exceeds 10 bytes"}},
-		{name: "501 is permanent", status: 501,
-			want: ingest.Result{Outcome: ingest.Permanent, Reason: "HTTP 501"}},
-		{name: "404 is permanent", status: 404, body: "no such path",
-			want: ingest.Result{Outcome: ingest.Permanent, Reason: "HTTP 404: no such path"}},
+			want: &ingest.SinkError{Err: errors.New("sink: HTTP 503: overloaded")}},
+		{name: "401", status: 401, body: `{"error":"invalid token"}`,
+			want: &ingest.SinkError{Err: errors.New("sink: HTTP 401: invalid token")}},
+		{name: "400 wire error: a format mismatch, not 2 bad records", status: 400, body: `{"results":[],"error":"request body must be a JSON array"}`,
+			want: &ingest.SinkError{Err: errors.New("sink: HTTP 400: request body must be a JSON array")}},
 		{name: "200 with too few results", status: 200, body: `{"results":[{"id":"a","status":201}]}`,
-			wantErr: "1 results for 2 records"},
+			protocol: "1 results for 2 records"},
 		{name: "207 with a wrong id", status: 207, body: `{"results":[{"id":"a","status":201},{"id":"z","status":201}]}`,
-			wantErr: `result 1 is for id "z", want "b"`},
+			protocol: `result 1 is for id "z", want "b"`},
+		{name: "200 with a body it cannot read", status: 200, body: `{"ok":true}`,
+			protocol: "0 results for 2 records"},
 		{name: "200 with garbage", status: 200, body: `<html>`,
-			wantErr: "undecodable body"},
+			protocol: "undecodable body"},
 		{name: "302", status: 302, header: map[string]string{"Location": "/elsewhere"},
-			wantErr: "unexpected HTTP 302"},
+			protocol: "unexpected HTTP 302"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,13 +140,17 @@ func TestHTTPSinkWholeRequestStatuses(t *testing.T) {
 				_, _ = io.WriteString(w, tt.body)
 			}), 0)
 			res, err := hs.Write(t.Context(), batch)
-			if tt.wantErr != "" {
+			require.Nil(t, res)
+			if tt.protocol != "" {
 				require.ErrorIs(t, err, sink.ErrProtocol)
-				require.ErrorContains(t, err, tt.wantErr)
+				require.ErrorContains(t, err, tt.protocol)
 				return
 			}
-			require.NoError(t, err)
-			require.Equal(t, []ingest.Result{tt.want, tt.want}, res)
+			var se *ingest.SinkError
+			require.ErrorAs(t, err, &se)
+			require.Equal(t, tt.want.Throttled, se.Throttled)
+			require.Equal(t, tt.want.RetryAfter, se.RetryAfter)
+			require.EqualError(t, se, tt.want.Err.Error())
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,31 +18,34 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 )
 
-// ErrSinkURL is wrapped by Open and CheckURL errors about the --sink URL.
-var ErrSinkURL = errors.New("--sink")
+// ErrSinkURL is wrapped by Open and CheckURL errors about the sink's URL.
+var ErrSinkURL = errors.New("sink URL")
 
 // OpenConfig holds what Open needs beyond the URL. Secrets never come from
-// the URL's query string or a flag: they come from the environment or a
-// file named here.
+// the URL's query string: the caller passes them here (read from the
+// environment or a file).
 type OpenConfig struct {
-	// Timeout bounds each HTTP request (HTTP sink) or Azure request.
-	// Default DefaultTimeout.
+	// Timeout is the request timeout the writes run under (the pipeline's
+	// deadline on each write); each sink's own timeouts must fit inside it.
+	// It also bounds each HTTP and Azure request. Defaults to
+	// ingest.DefaultRequestTimeout (2 s).
 	Timeout time.Duration
-	// StatementTimeout is the PostgreSQL statement_timeout. Default
-	// DefaultPostgresStatementTimeout.
+	// StatementTimeout is the PostgreSQL statement_timeout; at most
+	// Timeout. Defaults to Timeout.
 	StatementTimeout time.Duration
 	// MaxConns bounds the PostgreSQL pool. Default DefaultPostgresMaxConns.
 	MaxConns int
-	// AccountKeyFile names a file holding the Azure storage account key
-	// (surrounding white space is ignored); when empty the key comes from
-	// the SLUICE_AZURE_ACCOUNT_KEY environment variable.
-	AccountKeyFile string
+	// AccountKey is the Azure storage account key; AccountKeyFile, when
+	// set instead, names a file holding it (surrounding white space is
+	// ignored).
+	AccountKey, AccountKeyFile string
 	// HeadersFile names a file of extra HTTP headers for the HTTP sink, one
 	// "Name: value" a line (blank lines and lines starting with # are
-	// skipped); values may be secrets and are never logged. The
-	// SLUICE_SINK_AUTHORIZATION environment variable, when set, gives the
-	// Authorization header.
+	// skipped); values may be secrets and are never logged.
 	HeadersFile string
+	// Authorization, when set, is the HTTP sink's Authorization header
+	// (it replaces one from HeadersFile). Never logged.
+	Authorization string
 	// NDJSON makes the HTTP sink send newline-delimited JSON.
 	NDJSON bool
 	// CAFile and InsecureSkipVerify are the HTTP sink's TLS settings; see
@@ -97,7 +101,7 @@ func CheckURL(raw string) error {
 			return fmt.Errorf("%w: %q has no host", ErrSinkURL, raw)
 		}
 		if u.User != nil {
-			return fmt.Errorf("%w: %q: credentials do not belong in the URL; use SLUICE_AZURE_ACCOUNT_KEY or --azure-account-key-file", ErrSinkURL, u.Redacted())
+			return fmt.Errorf("%w: %q: credentials do not belong in the URL; pass the account key apart", ErrSinkURL, u.Redacted())
 		}
 		if !validTableName(u.Query().Get("table")) {
 			return fmt.Errorf("%w: %q needs ?table=<name> (3-63 letters and digits, not starting with a digit)", ErrSinkURL, raw)
@@ -108,10 +112,21 @@ func CheckURL(raw string) error {
 	return nil
 }
 
-// Open checks raw (see CheckURL) and opens the sink it names.
+// Open checks raw (see CheckURL) and opens the sink it names. It returns an
+// error wrapping ErrSinkURL for a bad URL or configuration, for a
+// StatementTimeout longer than Timeout among them.
 func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 	if err := CheckURL(raw); err != nil {
 		return nil, err
+	}
+	if cfg.Timeout < 0 || cfg.StatementTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative timeout", ErrSinkURL)
+	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, ingest.DefaultRequestTimeout)
+	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, cfg.Timeout)
+	if cfg.StatementTimeout > cfg.Timeout {
+		return nil, fmt.Errorf("%w: the statement timeout %s must fit inside the request timeout %s, or a write could land after the lease it was paced under stopped counting",
+			ErrSinkURL, cfg.StatementTimeout, cfg.Timeout)
 	}
 	u, _ := url.Parse(raw)
 	switch u.Scheme {
@@ -151,6 +166,9 @@ func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 		if err != nil {
 			return nil, err
 		}
+		if cfg.Authorization != "" {
+			header.Set("Authorization", cfg.Authorization)
+		}
 		s, err := NewHTTP(HTTPConfig{URL: raw, Timeout: cfg.Timeout, Header: header, NDJSON: cfg.NDJSON,
 			CAFile: cfg.CAFile, InsecureSkipVerify: cfg.InsecureSkipVerify})
 		if err != nil {
@@ -183,34 +201,28 @@ func azureConfig(u *url.URL, cfg OpenConfig) (AzureTablesConfig, error) {
 		ac.Account, _, _ = strings.Cut(u.Hostname(), ".")
 		ac.ServiceURL = scheme + "://" + u.Host
 	}
+	ac.Key = strings.TrimSpace(cfg.AccountKey)
 	if cfg.AccountKeyFile != "" {
 		data, err := os.ReadFile(cfg.AccountKeyFile)
 		if err != nil {
-			return ac, fmt.Errorf("--azure-account-key-file: %w", err)
+			return ac, fmt.Errorf("account key file: %w", err)
 		}
 		ac.Key = strings.TrimSpace(string(data))
-	} else {
-		ac.Key = strings.TrimSpace(os.Getenv(EnvAzureAccountKey))
 	}
 	if ac.Key == "" {
-		return ac, fmt.Errorf("%w %s: the account key is missing: set %s or --azure-account-key-file", ErrSinkURL, u.String(), EnvAzureAccountKey)
+		return ac, fmt.Errorf("%w %s: the account key is missing", ErrSinkURL, u.String())
 	}
 	return ac, nil
 }
 
-// EnvSinkAuthorization is the environment variable that, when set, gives
-// the HTTP sink's Authorization header.
-const EnvSinkAuthorization = "SLUICE_SINK_AUTHORIZATION"
-
-// readHeaders reads the HTTP sink's extra headers: the file's, then
-// Authorization from EnvSinkAuthorization. Errors name the file and line
-// but never a value.
+// readHeaders reads the HTTP sink's extra headers from file ("": none).
+// Errors name the file and line but never a value.
 func readHeaders(file string) (http.Header, error) {
 	h := http.Header{}
 	if file != "" {
 		data, err := os.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("--sink-headers-file: %w", err)
+			return nil, fmt.Errorf("headers file: %w", err)
 		}
 		for n, line := range strings.Split(string(data), "\n") {
 			line = strings.TrimSpace(line)
@@ -220,20 +232,13 @@ func readHeaders(file string) (http.Header, error) {
 			name, value, ok := strings.Cut(line, ":")
 			name = strings.TrimSpace(name)
 			if !ok || name == "" || strings.ContainsAny(name, " \t") {
-				return nil, fmt.Errorf("--sink-headers-file %s:%d: want \"Name: value\"", file, n+1)
+				return nil, fmt.Errorf("headers file %s:%d: want \"Name: value\"", file, n+1)
 			}
 			h.Add(name, strings.TrimSpace(value))
 		}
 	}
-	if v := os.Getenv(EnvSinkAuthorization); v != "" {
-		h.Set("Authorization", v)
-	}
 	return h, nil
 }
-
-// EnvAzureAccountKey is the environment variable holding the Azure storage
-// account key when no key file is given.
-const EnvAzureAccountKey = "SLUICE_AZURE_ACCOUNT_KEY"
 
 // redact hides a password in u for messages.
 func redact(u *url.URL) string { return u.Redacted() }

@@ -22,7 +22,7 @@ import (
 const (
 	DefaultPostgresIDColumn         = "id"
 	DefaultPostgresValueColumn      = "value"
-	DefaultPostgresStatementTimeout = 5 * time.Second
+	DefaultPostgresStatementTimeout = ingest.DefaultRequestTimeout
 	DefaultPostgresMaxConns         = 8
 )
 
@@ -54,7 +54,9 @@ type PostgresConfig struct {
 	CreateTable bool
 	// StatementTimeout is the server-side statement_timeout of every
 	// session; a statement that runs longer is cancelled by the server and
-	// its records are Retryable. Default 5 s.
+	// its records are Retryable. Defaults to
+	// DefaultPostgresStatementTimeout, the pipeline's request timeout (2 s);
+	// it must fit inside the request timeout the writes run under.
 	StatementTimeout time.Duration
 	// MaxConns bounds the connection pool. Default 8.
 	MaxConns int
@@ -137,6 +139,26 @@ func NewPostgres(ctx context.Context, cfg PostgresConfig) (*PostgresSink, error)
 		insert: fmt.Sprintf(`INSERT INTO %s (%s, %s) SELECT * FROM unnest($1::text[], $2::jsonb[]) ON CONFLICT (%s) DO NOTHING RETURNING %s`, table, id, value, id, id),
 		log:    log,
 	}, nil
+}
+
+// Warm implements ingest.Warmer: it opens up to conns connections of the
+// pool (at most MaxConns) and returns the error of one that fails.
+func (p *PostgresSink) Warm(ctx context.Context, conns int) error {
+	n := max(min(conns, int(p.pool.Config().MaxConns)), 1)
+	held := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range held {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := p.pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("sink: postgres does not answer: %w", err)
+		}
+		held = append(held, c)
+	}
+	return nil
 }
 
 // Close closes the pool, waiting for connections in use to be released.

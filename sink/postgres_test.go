@@ -210,3 +210,36 @@ func BenchmarkPostgresCopyMerge(b *testing.B) {
 		})
 	}
 }
+
+// A statement that would outlive the request deadline is cancelled at the
+// deadline (the pipeline puts its request timeout on every write), so it
+// ends before the lease the write was paced under stops counting (the lease
+// margin covers the request timeout and a slice): a trigger makes every
+// insert take 3 s, the deadline is 500 ms.
+func TestPostgresStatementOutlivingTheRequestDeadlineIsCancelled(t *testing.T) {
+	t.Parallel()
+	const deadline = 500 * time.Millisecond
+	_, err := Open(t.Context(), postgresURL(t)+"?table=x", OpenConfig{Timeout: deadline, StatementTimeout: time.Second})
+	require.ErrorContains(t, err, "must fit inside the request timeout", "a statement timeout longer than the request timeout is refused")
+
+	s, table := openPostgres(t, 10*time.Second) // the server's own timeout would not stop it in time
+	_, err = s.pool.Exec(t.Context(), fmt.Sprintf(`
+		CREATE FUNCTION %[1]s_slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$ LANGUAGE plpgsql;
+		CREATE TRIGGER slow BEFORE INSERT ON %[1]s FOR EACH ROW EXECUTE FUNCTION %[1]s_slow();`, table))
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	began := time.Now()
+	_, err = s.Write(ctx, []ingest.Record{{ID: "slow", Value: []byte(`{"mag":1}`)}})
+	took := time.Since(began)
+	require.Error(t, err)
+	t.Logf("write returned after %s: %v", took, err)
+	margin := deadline + ingest.DefaultSlice // lease.Config's least margin, but for clock drift
+	require.Less(t, took, margin, "the write ended before the lease could stop counting")
+
+	time.Sleep(3 * time.Second) // had the statement gone on, the row would be in by now
+	var n int
+	require.NoError(t, s.pool.QueryRow(t.Context(), fmt.Sprintf(`SELECT count(*) FROM %s`, table)).Scan(&n))
+	require.Zero(t, n, "the statement was cancelled on the server, not left running")
+}

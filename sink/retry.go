@@ -80,6 +80,20 @@ func (p Policy) Backoff(attempt int, retryAfter time.Duration) (wait time.Durati
 	return wait, true
 }
 
+// Pause implements ingest.RetryPolicy: the wait after failures (values < 1
+// count as 1) consecutive failures of whole requests, by the same formula as
+// Backoff but without a limit on their number, so a sink outage is probed
+// every Max (5 s by default) for as long as it lasts; retryAfter is honoured
+// up to MaxRetryAfter.
+func (p Policy) Pause(failures int, retryAfter time.Duration) time.Duration {
+	p = p.withDefaults()
+	wait := p.formula(min(max(failures, 1), 62))
+	if retryAfter > 0 {
+		wait = max(wait, min(retryAfter, p.MaxRetryAfter))
+	}
+	return wait
+}
+
 // formula is min(zmin + rand(0.8z, 1.2z)·(2^x − 1), zmax), computed in
 // float64 nanoseconds so that large x saturates at zmax instead of
 // overflowing.

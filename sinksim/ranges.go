@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/sink"
 )
 
@@ -33,9 +34,9 @@ const (
 // next range's low (exclusive).
 type keyRange struct {
 	low      string
-	ops      window   // operations admitted in the last second
-	sample   []string // ring of recently admitted keys
-	next     int      // the ring's next slot
+	ops      ingest.Window // operations admitted in the last second
+	sample   []string      // ring of recently admitted keys
+	next     int           // the ring's next slot
 	hotSince time.Duration
 	hot      bool
 	lastHit  time.Duration // last throttle; meaningful when throttles > 0
@@ -63,7 +64,7 @@ func newRanges(limit int64, splitAfter time.Duration, maxParts int) *ranges {
 }
 
 func newKeyRange(low string) *keyRange {
-	return &keyRange{low: low, ops: newWindow(time.Second)}
+	return &keyRange{low: low, ops: ingest.NewWindow(time.Second)}
 }
 
 // find returns the index of the range holding key.
@@ -75,14 +76,14 @@ func (r *ranges) find(key string) int {
 // pending ones of the same request, else how long until it would.
 func (r *ranges) wait(at time.Duration, i int, pending int64) time.Duration {
 	p := r.parts[i]
-	p.ops.expire(at)
-	return p.ops.waitFor(at, pending, 1, r.limit)
+	p.ops.Expire(at)
+	return p.ops.WaitFor(at, pending, 1, r.limit)
 }
 
 // admit records an admitted operation on key in range i.
 func (r *ranges) admit(at time.Duration, i int, key string) {
 	p := r.parts[i]
-	p.ops.add(at, 1)
+	p.ops.Add(at, 1)
 	p.accepted++
 	if len(p.sample) < rangeSample {
 		p.sample = append(p.sample, key)
@@ -104,8 +105,8 @@ func (r *ranges) throttle(at time.Duration, i int) {
 func (r *ranges) settle(at time.Duration) {
 	for i := 0; i < len(r.parts); i++ {
 		p := r.parts[i]
-		p.ops.expire(at)
-		hot := float64(p.ops.sum) >= hotShare*float64(r.limit) || (p.throttled > 0 && at-p.lastHit < time.Second)
+		p.ops.Expire(at)
+		hot := float64(p.ops.Sum(at)) >= hotShare*float64(r.limit) || (p.throttled > 0 && at-p.lastHit < time.Second)
 		switch {
 		case !hot:
 			p.hot = false
@@ -136,8 +137,7 @@ func (r *ranges) split(i int) bool {
 	// in is not recorded, and a split must not hand the hot keys a fresh
 	// second of limit.
 	right := newKeyRange(median)
-	right.ops.events = slices.Clone(p.ops.events[p.ops.head:])
-	right.ops.sum, right.ops.max = p.ops.sum, p.ops.sum
+	right.ops = p.ops.Clone()
 	var left []string
 	for _, k := range keys {
 		if k < median {
@@ -156,7 +156,7 @@ func (r *ranges) split(i int) bool {
 func (r *ranges) stats() []sink.PartitionStats {
 	out := make([]sink.PartitionStats, len(r.parts))
 	for i, p := range r.parts {
-		out[i] = sink.PartitionStats{Low: p.low, Accepted: p.accepted, Throttled: p.throttled, MaxOps1s: p.ops.max}
+		out[i] = sink.PartitionStats{Low: p.low, Accepted: p.accepted, Throttled: p.throttled, MaxOps1s: p.ops.Max()}
 		if i+1 < len(r.parts) {
 			out[i].High = r.parts[i+1].low
 		}

@@ -3,14 +3,12 @@ package sinksim
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -117,9 +115,9 @@ type Sim struct {
 	stored                  map[string]struct{}
 	tokens                  int64         // bucket: units × 1e9
 	filled                  time.Duration // bucket: time of the last refill
-	admit                   window        // window mode: admitted units in the last 1 s
-	win1s                   window        // stats: max units in any 1 s
-	win200                  window        // stats: max units in any 200 ms
+	admit                   ingest.Window // window mode: admitted units in the last 1 s
+	win1s                   ingest.Window // stats: max units in any 1 s
+	win200                  ingest.Window // stats: max units in any 200 ms
 	stats                   sink.SimStats
 	series                  []int64
 	ranges                  *ranges // nil without PartitionLimit
@@ -194,7 +192,7 @@ func (s *Sim) Reset() {
 	s.rng = rand.New(rand.NewPCG(uint64(s.cfg.Seed), 0x5151ce))
 	s.stored = make(map[string]struct{})
 	s.tokens, s.filled = s.cfg.Capacity*int64(time.Second), 0
-	s.admit, s.win1s, s.win200 = newWindow(time.Second), newWindow(time.Second), newWindow(200*time.Millisecond)
+	s.admit, s.win1s, s.win200 = ingest.NewWindow(time.Second), ingest.NewWindow(time.Second), ingest.NewWindow(200*time.Millisecond)
 	s.stats = sink.SimStats{Mode: s.cfg.Mode, Unit: s.cfg.Unit}
 	s.stats.CapacityPerSec = s.cfg.Capacity
 	s.series = nil
@@ -216,7 +214,7 @@ func (s *Sim) Snapshot(series bool) sink.SimStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.MaxUnits1s, st.MaxUnits200ms = s.win1s.max, s.win200.max
+	st.MaxUnits1s, st.MaxUnits200ms = s.win1s.Max(), s.win200.Max()
 	if s.charged {
 		st.FirstChargeAt, st.LastChargeAt = s.epoch.Add(s.firstCharge), s.epoch.Add(s.lastCharge)
 	}
@@ -243,31 +241,6 @@ func (s *Sim) Handler() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	return mux
-}
-
-// Serve serves Handler on ln until ctx is done, then shuts down gracefully:
-// it stops accepting, lets in-flight requests finish for up to 5 s, and
-// closes ln. It returns nil after a shutdown caused by ctx, else the error
-// that stopped the server.
-func (s *Sim) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return fmt.Errorf("sink: serve: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if err != nil {
-		err = errors.Join(fmt.Errorf("sink: shutdown: %w", err), srv.Close())
-	}
-	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	return err
 }
 
 // incoming is one parsed request element.
@@ -412,7 +385,7 @@ func (s *Sim) admitBatch(recs []incoming) (results []sink.WireResult, wait time.
 	at := s.now()
 	s.refill(at)
 	if s.cfg.Mode == ModeWindow {
-		s.admit.expire(at)
+		s.admit.Expire(at)
 	}
 	results = make([]sink.WireResult, len(recs))
 	var charged, acceptedUnits int64
@@ -487,10 +460,10 @@ func (s *Sim) admitBatch(recs []incoming) (results []sink.WireResult, wait time.
 		}
 		s.lastCharge = at
 		if s.cfg.Mode == ModeWindow {
-			s.admit.add(at, charged)
+			s.admit.Add(at, charged)
 		}
-		s.win1s.add(at, charged)
-		s.win200.add(at, charged)
+		s.win1s.Add(at, charged)
+		s.win200.Add(at, charged)
 		if i := int(at / seriesStep); i < maxSeries {
 			for len(s.series) <= i {
 				s.series = append(s.series, 0)
@@ -506,7 +479,7 @@ func (s *Sim) admitBatch(recs []incoming) (results []sink.WireResult, wait time.
 // nothing and returns how long until they would (> 0).
 func (s *Sim) take(at time.Duration, pending, cost int64) time.Duration {
 	if s.cfg.Mode == ModeWindow {
-		return s.admit.waitFor(at, pending, cost, s.cfg.Capacity)
+		return s.admit.WaitFor(at, pending, cost, s.cfg.Capacity)
 	}
 	need := cost * int64(time.Second)
 	if s.tokens >= need {

@@ -2,11 +2,9 @@ package sinksim
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -184,7 +182,8 @@ func TestSimWindowModeNeverExceedsCapacity(t *testing.T) {
 	const capacity = 100
 	s, clock := newTestSim(t, Config{Capacity: capacity, Mode: ModeWindow})
 	rng := rand.New(rand.NewPCG(3, 4))
-	var admitted []event
+	// The reference: ingest.Window, itself checked against brute force.
+	w1, w200 := ingest.NewWindow(time.Second), ingest.NewWindow(200*time.Millisecond)
 	var at time.Duration
 	id := 0
 	for range 600 {
@@ -203,16 +202,15 @@ func TestSimWindowModeNeverExceedsCapacity(t *testing.T) {
 				units += *batch[i].Cost
 			}
 		}
-		if units > 0 {
-			admitted = append(admitted, event{at, units})
-		}
+		w1.Add(at, units)
+		w200.Add(at, units)
 	}
-	max1s := bruteMax(admitted, time.Second)
+	max1s := w1.Max()
 	require.LessOrEqual(t, max1s, int64(capacity))
 	require.Greater(t, max1s, int64(capacity*9/10), "the window mode still lets capacity through")
 	st := s.Stats()
 	require.Equal(t, max1s, st.MaxUnits1s)
-	require.Equal(t, bruteMax(admitted, 200*time.Millisecond), st.MaxUnits200ms)
+	require.Equal(t, w200.Max(), st.MaxUnits200ms)
 }
 
 func TestSimWindowModeEdges(t *testing.T) {
@@ -437,26 +435,4 @@ func TestSimClockGoingBackwardsIsClamped(t *testing.T) {
 	w, _ := post(t, s, recs("b", 1))
 	require.Equal(t, http.StatusTooManyRequests, w.Code, "no refill from a clock going back")
 	require.Equal(t, "100", w.Header().Get(sink.HeaderRetryAfterMs))
-}
-
-func TestSimServeShutsDownOnCancel(t *testing.T) {
-	t.Parallel()
-	s, err := New(Config{Capacity: 10})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-
-	h, err := sink.NewHTTP(sink.HTTPConfig{URL: "http://" + ln.Addr().String()})
-	require.NoError(t, err)
-	res, err := h.Write(t.Context(), []ingest.Record{{ID: "a", Value: []byte(`{}`), Cost: 1}})
-	require.NoError(t, err)
-	require.Equal(t, ingest.Delivered, res[0].Outcome)
-
-	cancel()
-	require.NoError(t, <-done)
-	_, err = net.Dial("tcp", ln.Addr().String())
-	require.Error(t, err, "listener closed")
 }

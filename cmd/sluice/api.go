@@ -2,11 +2,11 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/recordtype"
 )
@@ -58,7 +59,7 @@ func apiCommand() *cli.Command {
 			"GET /healthz, GET /readyz (Kafka reachable) and GET /metrics are served beside it;\n" +
 			"api/openapi.yaml documents every route and status. On SIGTERM it stops accepting\n" +
 			"and lets in-flight requests finish (30 s at most).",
-		Flags: concat(inCategory(catConnect, stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`")), []cli.Flag{
+		Flags: slices.Concat(kafkaFlags(), []cli.Flag{
 			stringFlag("listen", "127.0.0.1:8080", "listen `address`"),
 			stringFlag("tokens-file", "", "bearer tokens `FILE`: \"TOKEN TYPE[,TYPE...]\" per line (also SLUICE_API_TOKEN, all types)"),
 			&cli.Int64Flag{Name: "max-body", Value: api.DefaultMaxBody, Usage: "request body limit in `bytes`", EnvVars: []string{"SLUICE_MAX_BODY"}},
@@ -81,36 +82,37 @@ func apiCommand() *cli.Command {
 			if err != nil {
 				return usageError(err)
 			}
-			brokers := splitList(c.String("brokers"))
+			brokers, conn, err := kafkaConn(c)
+			if err != nil {
+				return usageError(err)
+			}
+			if err := checkKafka(c.Context, brokers, conn); err != nil {
+				return err
+			}
+			admin := queue.Admin{Brokers: brokers, Conn: conn}
 			for _, t := range types {
-				if err := ensureTopics(c.Context, brokers, t.Topic, c.Int("topic-partitions")); err != nil {
+				if err := ensureTopics(c.Context, admin, t.Topic, c.Int("topic-partitions")); err != nil {
 					return err
 				}
 			}
-			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers})
+			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn})
 			if err != nil {
 				return err
 			}
 			defer producer.Close()
 			h, err := api.New(api.Config{
 				Types: types, Producer: producer, Tokens: tokens, MaxBody: c.Int64("max-body"), Logger: log,
-				Ready: queue.Admin{Brokers: brokers}.Ping, Registry: prometheus.NewRegistry(),
+				Ready: admin.Ping, Registry: prometheus.NewRegistry(),
 			})
 			if err != nil {
 				return err
 			}
-			srv := &http.Server{Addr: c.String("listen"), Handler: h, ReadHeaderTimeout: 10 * time.Second}
-			errc := make(chan error, 1)
-			go func() { errc <- srv.ListenAndServe() }()
-			log.Info("api: listening", "addr", srv.Addr, "types", len(types))
-			select {
-			case err := <-errc:
-				return err
-			case <-c.Context.Done():
+			ln, err := net.Listen("tcp", c.String("listen"))
+			if err != nil {
+				return usageError(fmt.Errorf("--listen: %w", err))
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			return srv.Shutdown(ctx) // drains in-flight requests
+			log.Info("api: listening", "addr", ln.Addr().String(), "types", len(types))
+			return metrics.Serve(c.Context, ln, h, 30*time.Second) // drains in-flight requests
 		},
 	}
 }

@@ -2,24 +2,22 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
-	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/term"
 
-	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/sinksim"
+	"github.com/sluicehq/sluice/worker"
 )
 
 func onUsageError(_ *cli.Context, err error, _ bool) error {
@@ -36,7 +34,7 @@ func workerCommand() *cli.Command {
 			"what the sink acknowledged, releases its leases and exits 0.\n" +
 			"With --type A,B it serves several record types of --types, each from its own topic\n" +
 			"and consumer group into its own pool (the file's \"pools\" section), independently.",
-		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), logFlags(), []cli.Flag{
+		Flags: slices.Concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), logFlags(), []cli.Flag{
 			stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)"),
 			topicPartitionsFlag(),
 			metricsFlag(),
@@ -54,9 +52,18 @@ func runWorker(c *cli.Context) error {
 	if err != nil {
 		return usageError(err)
 	}
-	clients := redisClients(all[0].redisAddrs)
+	ctx := c.Context
+	first := all[0].worker
+	if err := checkKafka(ctx, first.Brokers, first.Kafka); err != nil {
+		return err
+	}
+	clients, err := connectRedis(ctx, all[0].redis)
+	if err != nil {
+		return err
+	}
 	defer closeAll(clients)
-	dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: all[0].brokers})
+	admin := queue.Admin{Brokers: first.Brokers, Conn: first.Kafka}
+	dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: first.Brokers, Conn: first.Kafka})
 	if err != nil {
 		return err
 	}
@@ -65,237 +72,51 @@ func runWorker(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	sinks := map[string]ingest.Sink{}
-	var stacks []ingest.Runner
-	for _, s := range all {
-		if err := ensurePool(c.Context, s, clients); err != nil {
+	sinks := map[string]sink.Opened{}
+	var workers []*worker.Worker
+	for i := range all {
+		s := &all[i]
+		if err := ensurePool(ctx, s, clients); err != nil {
 			return err
 		}
-		if err := ensureTopics(c.Context, s.brokers, s.topic, c.Int("topic-partitions")); err != nil {
+		if err := ensureTopics(ctx, admin, s.worker.Topic, c.Int("topic-partitions")); err != nil {
 			return err
 		}
 		if sinks[s.sinkURL] == nil {
-			opened, err := sink.Open(c.Context, s.sinkURL, sinkOptions(c, s.log, s.requestTimeout))
+			opened, err := sink.Open(ctx, s.sinkURL, s.sinkOpts)
 			if err != nil {
 				return err
 			}
 			defer opened.Close()
 			sinks[s.sinkURL] = opened
 		}
-		id := c.String("worker-id")
-		if id != "" && len(all) > 1 {
-			id += "-" + s.typeName
+		cfg := s.worker
+		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Metrics = clients, sinks[s.sinkURL], dlq, col
+		if cfg.WorkerID = c.String("worker-id"); cfg.WorkerID != "" && len(all) > 1 {
+			cfg.WorkerID += "-" + s.typeName
 		}
-		stack, _, err := workerStack(s, clients, shared{sink: sinks[s.sinkURL], dlq: dlq, counters: new(ingest.Counters), metrics: col}, id, nil)
+		w, err := worker.New(cfg)
 		if err != nil {
-			return err
+			return usageError(err)
 		}
-		stacks = append(stacks, stack)
-		s.log.Info("worker started", "type", s.typeName, "topic", s.topic, "group", s.group, "pool", s.pool.Name)
+		workers = append(workers, w)
+		s.log.Info("worker started", "type", s.typeName, "topic", cfg.Topic, "group", cfg.Group, "pool", cfg.Pool.Name)
 	}
-	return withMetrics(c.Context, c.String("metrics-addr"), reg, all[0].brokers, func(ctx context.Context) error {
+	ready := func(ctx context.Context) error {
+		for _, w := range workers {
+			if err := w.Ready(); err != nil {
+				return err
+			}
+		}
+		return admin.Ping(ctx)
+	}
+	return withMetrics(ctx, c.String("metrics-addr"), reg, ready, func(ctx context.Context) error {
 		g, ctx := errgroup.WithContext(ctx)
-		for _, stack := range stacks {
-			g.Go(func() error { return stack.Run(ctx) })
+		for _, w := range workers {
+			g.Go(func() error { return w.Run(ctx) })
 		}
 		return g.Wait()
 	})
-}
-
-func bulkLoadCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "bulk-load",
-		Usage:     "load a CSV or NDJSON file through Kafka into the sink, at the pool's rate, and report",
-		ArgsUsage: "FILE",
-		Description: "Produces every record of FILE to the topic (malformed rows go to <topic>.dlq with\n" +
-			"file:line), drains it with --workers in-process workers in the topic's consumer\n" +
-			"group (running worker pods help), and finishes when the group has committed every\n" +
-			"produced offset. With --embedded, Kafka, Redis and the sink emulator run in-process\n" +
-			"unless --brokers, --redis-addr or --sink are given.",
-		Flags: concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), []cli.Flag{
-			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods); 0: only produce, and wait for worker pods of the group to drain"),
-			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what no flag gives, a record type's sink included (nothing to install)"),
-			stringFlag("format", "", "input format: csv or ndjson (default: from the extension)"),
-			stringFlag("order", "file", "produce order: file, or interleave (consecutive records from different key ranges of the sink key, so a range-partitioned sink is not written at one end)"),
-			topicPartitionsFlag(),
-			stringFlag("summary-json", "", "write the summary as JSON to this `FILE`"),
-			metricsFlag(),
-		}, simFlags("sim-"), logFlags()),
-		OnUsageError: onUsageError,
-		Action:       bulkLoad,
-	}
-}
-
-func bulkLoad(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return usageError(errors.New("bulk-load needs exactly one FILE argument"))
-	}
-	s, err := readSettings(c)
-	if err != nil {
-		return usageError(err)
-	}
-	workers := c.Int("workers")
-	if workers < 0 {
-		return usageError(fmt.Errorf("--workers: must be ≥ 0 (got %d)", workers))
-	}
-	file, err := bulkload.OpenFile(c.Args().First(), c.String("format"), s.idField)
-	if err != nil {
-		return usageError(err)
-	}
-	var rows bulkload.Rows = file
-	switch order := c.String("order"); order {
-	case "file":
-	case "interleave":
-		if rows, err = bulkload.Interleave(file, s.sinkKeyOf, 0); err != nil {
-			return usageError(err)
-		}
-	default:
-		return usageError(fmt.Errorf("--order: want file or interleave, got %q", order))
-	}
-	ctx := c.Context
-	if c.Bool("embedded") {
-		emb, err := startEmbedded(ctx, c, &s)
-		if err != nil {
-			return err
-		}
-		defer emb.close()
-	}
-	clients := redisClients(s.redisAddrs)
-	defer closeAll(clients)
-	if err := ensurePool(ctx, s, clients); err != nil {
-		return err
-	}
-	// At least one partition per worker, or a worker would hold leases
-	// with nothing to consume.
-	if err := ensureTopics(ctx, s.brokers, s.topic, max(c.Int("topic-partitions"), workers)); err != nil {
-		return err
-	}
-	httpSink, err := sink.Open(ctx, s.sinkURL, sinkOptions(c, s.log, s.requestTimeout))
-	if err != nil {
-		return err
-	}
-	defer httpSink.Close()
-	statsSink, _ := httpSink.(ingest.StatsSink)
-	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: s.brokers, RoundRobin: true})
-	if err != nil {
-		return err
-	}
-	defer producer.Close()
-	dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: s.brokers})
-	if err != nil {
-		return err
-	}
-	defer dlq.Close()
-
-	reg, col, err := newMetrics(c)
-	if err != nil {
-		return err
-	}
-	sh := shared{sink: httpSink, dlq: dlq, counters: new(ingest.Counters), metrics: col}
-	start := make(chan struct{})
-	var stacks []ingest.Runner
-	var managers []*lease.Manager
-	for i := range workers {
-		stack, mgr, err := workerStack(s, clients, sh, fmt.Sprintf("bulk-%d-%d", os.Getpid(), i), start)
-		if err != nil {
-			return err
-		}
-		stacks, managers = append(stacks, stack), append(managers, mgr)
-	}
-	cfg := bulkload.Config{Topic: s.topic, Group: s.group, Capacity: s.pool.Capacity, Unit: s.pool.Unit, Logger: s.log}
-	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		cfg.Bar = f
-	}
-	load, err := bulkload.New(cfg, bulkload.Ports{
-		File:        rows,
-		Producer:    producer,
-		DeadLetters: dlq,
-		Offsets:     queue.Admin{Brokers: s.brokers},
-		Workers:     stacks,
-		Counters:    sh.counters,
-		Rate: func(now time.Time) float64 {
-			var sum float64
-			for _, m := range managers {
-				sum += m.Rate(now)
-			}
-			return sum
-		},
-		Sink:  statsSink,
-		Start: start,
-	})
-	if err != nil {
-		return err
-	}
-	var summary bulkload.Summary
-	err = withMetrics(ctx, c.String("metrics-addr"), reg, s.brokers, func(ctx context.Context) (err error) {
-		summary, err = load.Run(ctx)
-		return err
-	})
-	summary.WriteText(c.App.Writer)
-	if path := c.String("summary-json"); path != "" {
-		data, jerr := json.MarshalIndent(summary, "", "  ")
-		if jerr == nil {
-			jerr = os.WriteFile(path, append(data, '\n'), 0o644)
-		}
-		if jerr != nil {
-			return fmt.Errorf("--summary-json: %w", jerr)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if summary.RecordsDeadLettered > 0 {
-		return cli.Exit(fmt.Sprintf("%d records were dead-lettered to %s.dlq", summary.RecordsDeadLettered, s.topic), exitDeadLetters)
-	}
-	return nil
-}
-
-func produceCommand() *cli.Command {
-	return &cli.Command{
-		Name:         "produce",
-		Usage:        "produce a CSV or NDJSON file's records to a topic (no draining)",
-		ArgsUsage:    "FILE",
-		Flags:        concat(inCategory(catConnect, stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`")), []cli.Flag{stringFlag("topic", "records", "Kafka `topic`"), stringFlag("id-field", "", "JSON field or CSV column holding the record ID"), stringFlag("format", "", "csv or ndjson (default: from the extension)"), topicPartitionsFlag()}, typeFlags(), logFlags()),
-		OnUsageError: onUsageError,
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usageError(errors.New("produce needs exactly one FILE argument"))
-			}
-			t, err := oneType(c)
-			if err != nil {
-				return usageError(err)
-			}
-			f := typedFlags(c, t)
-			log, err := newLogger(c)
-			if err != nil {
-				return usageError(err)
-			}
-			file, err := bulkload.OpenFile(c.Args().First(), c.String("format"), f.String("id-field"))
-			if err != nil {
-				return usageError(err)
-			}
-			if t != nil {
-				file.Validate = t.Validate // a row its type refuses goes to the DLQ with file:line
-			}
-			brokers, topic := splitList(c.String("brokers")), f.String("topic")
-			if err := ensureTopics(c.Context, brokers, topic, c.Int("topic-partitions")); err != nil {
-				return err
-			}
-			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers})
-			if err != nil {
-				return err
-			}
-			defer producer.Close()
-			dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers})
-			if err != nil {
-				return err
-			}
-			defer dlq.Close()
-			n, bad, err := bulkload.Produce(c.Context, file, topic, 0, producer, dlq, log)
-			fmt.Fprintf(c.App.Writer, "produced %d records to %s, %d malformed rows to %s.dlq\n", n, topic, bad, topic)
-			return err
-		},
-	}
 }
 
 func sinkSimCommand() *cli.Command {
@@ -308,7 +129,7 @@ func sinkSimCommand() *cli.Command {
 			"sliding 1 s and 200 ms window. With --partition-limit it also keeps keys in\n" +
 			"lexicographic ranges with their own ops/s limit that split when hot, like a\n" +
 			"range-partitioned store, and reports each range.",
-		Flags:        concat([]cli.Flag{stringFlag("listen", "127.0.0.1:8088", "`address` to serve on"), stringFlag("unit", "records", "records, bytes or cost")}, simFlags(""), logFlags()),
+		Flags:        slices.Concat([]cli.Flag{stringFlag("listen", "127.0.0.1:8088", "`address` to serve on"), stringFlag("unit", "records", "records, bytes or cost")}, simFlags(""), logFlags()),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
 			log, err := newLogger(c)
@@ -328,7 +149,7 @@ func sinkSimCommand() *cli.Command {
 				return usageError(fmt.Errorf("--listen: %w", err))
 			}
 			log.Info("sink emulator listening", "addr", ln.Addr().String(), "capacity_units_per_s", cfg.Capacity, "mode", cfg.Mode)
-			return sim.Serve(c.Context, ln)
+			return metrics.Serve(c.Context, ln, sim.Handler(), 5*time.Second)
 		},
 	}
 }
@@ -378,10 +199,17 @@ func poolCommand() *cli.Command {
 		Subcommands: []*cli.Command{poolSetCommand(), {
 			Name:         "status",
 			Usage:        "show a pool's definition, its members' demand, and who holds which partition",
-			Flags:        concat(inCategory(catConnect, stringFlag("redis-addr", "127.0.0.1:6379", "Redis `host:port`")), []cli.Flag{stringFlag("pool", "default", "pool `name`"), boolFlag("json", "print JSON")}),
+			Flags:        slices.Concat(redisFlags(), []cli.Flag{stringFlag("pool", "default", "pool `name`"), boolFlag("json", "print JSON")}),
 			OnUsageError: onUsageError,
 			Action: func(c *cli.Context) error {
-				clients := redisClients(splitList(c.String("redis-addr"))[:1])
+				cfg, err := redisConfig(c)
+				if err != nil {
+					return usageError(err)
+				}
+				clients, err := connectRedis(c.Context, cfg)
+				if err != nil {
+					return err
+				}
 				defer closeAll(clients)
 				ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 				defer cancel()

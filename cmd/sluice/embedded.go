@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/urfave/cli/v2"
 
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sinksim"
 )
@@ -41,7 +44,7 @@ func startEmbedded(ctx context.Context, c *cli.Context, s *settings) (_ *embedde
 			return nil, fmt.Errorf("start embedded Kafka: %w", err)
 		}
 		e.closers = append(e.closers, kafka.Close)
-		s.brokers = kafka.Addrs()
+		s.worker.Brokers, s.worker.Kafka = kafka.Addrs(), queue.Conn{}
 	}
 	if !c.IsSet("redis-addr") {
 		redis := miniredis.NewMiniRedis()
@@ -50,10 +53,10 @@ func startEmbedded(ctx context.Context, c *cli.Context, s *settings) (_ *embedde
 			return nil, fmt.Errorf("start embedded Redis: %w", err)
 		}
 		e.closers = append(e.closers, redis.Close)
-		s.redisAddrs = []string{redis.Addr()}
+		s.redis = lease.RedisConfig{Addrs: []string{redis.Addr()}}
 	}
 	if !c.IsSet("sink") {
-		cfg, err := simConfig(c, "sim-", s.pool.Capacity)
+		cfg, err := simConfig(c, "sim-", s.worker.Pool.Capacity)
 		if err != nil {
 			return nil, usageError(err)
 		}
@@ -67,7 +70,7 @@ func startEmbedded(ctx context.Context, c *cli.Context, s *settings) (_ *embedde
 		}
 		simCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan error, 1)
-		go func() { done <- sim.Serve(simCtx, ln) }()
+		go func() { done <- metrics.Serve(simCtx, ln, sim.Handler(), 5*time.Second) }()
 		e.closers = append(e.closers, func() {
 			stop()
 			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
@@ -76,6 +79,6 @@ func startEmbedded(ctx context.Context, c *cli.Context, s *settings) (_ *embedde
 		})
 		s.sinkURL = "http://" + ln.Addr().String()
 	}
-	s.log.Info("embedded services started", "brokers", s.brokers, "redis", s.redisAddrs, "sink", s.sinkURL)
+	s.log.Info("embedded services started", "brokers", s.worker.Brokers, "redis", s.redis, "sink", s.sinkURL)
 	return e, nil
 }

@@ -4,11 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/pacing"
+	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/sinksim"
 )
 
@@ -40,6 +45,8 @@ func boolFlag(name, usage string) *cli.BoolFlag {
 
 const (
 	catConnect  = "Connections:"
+	catKafka    = "Kafka:"
+	catRedis    = "Redis:"
 	catPool     = "Capacity pool:"
 	catPipeline = "Pipeline:"
 	catLog      = "Logging:"
@@ -53,6 +60,8 @@ func inCategory(cat string, flags ...cli.Flag) []cli.Flag {
 			f.Category = cat
 		case *cli.IntFlag:
 			f.Category = cat
+		case *cli.Int64Flag:
+			f.Category = cat
 		case *cli.Float64Flag:
 			f.Category = cat
 		case *cli.DurationFlag:
@@ -64,12 +73,12 @@ func inCategory(cat string, flags ...cli.Flag) []cli.Flag {
 	return flags
 }
 
+// connectionFlags are the flags of the commands that drain a topic into a
+// sink: Kafka, Redis and the sink.
 func connectionFlags() []cli.Flag {
-	return inCategory(catConnect,
-		stringFlag("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, `host:port[,host:port...]`"),
-		stringFlag("redis-addr", "127.0.0.1:6379", "Redis holding the capacity pools, `host:port`; several comma-separated independent masters form a Redlock quorum"),
+	return slices.Concat(kafkaFlags(), redisFlags(), inCategory(catConnect,
 		stringFlag("sink", "http://127.0.0.1:8088", "the throttled sink, as a `URL` (http:// = the sink emulator's batch protocol)"),
-	)
+	))
 }
 
 func logFlags() []cli.Flag {
@@ -85,8 +94,8 @@ func poolFlags() []cli.Flag {
 		floatFlag("capacity", 0, "pool capacity in `units/s` (required)"),
 		stringFlag("unit", "records", "what capacity counts: records, bytes (payload bytes) or cost"),
 		stringFlag("cost", "1", "cost `rule` of a record when --unit cost: N units per record (e.g. 10 RU per write) or N/KiB (N units per started KiB of payload)"),
-		intFlag("partitions", 20, "capacity partitions the pool is split into; each is leased whole"),
-		durationFlag("lease-ttl", 15*time.Second, "lease time-to-live; renewed at a third of it"),
+		intFlag("partitions", lease.DefaultPartitions, "capacity partitions the pool is split into; each is leased whole"),
+		durationFlag("lease-ttl", lease.DefaultTTL, "lease time-to-live; renewed at a third of it"),
 		intFlag("reserved-partitions", 0, "partitions this worker holds for its lifetime whatever its demand; the rest are shared on demand"),
 		stringFlag("ramp", "", "ramp-up preset for new key ranges: gcs (1,000 units/s doubling every 20 min, Cloud Storage) or firestore (500 ×1.5 every 5 min); the --ramp-* flags override its fields"),
 		floatFlag("ramp-start", 0, "ramp-up: effective rate at the start, `units/s` (0: no ramp)"),
@@ -103,14 +112,16 @@ func pipelineFlags() []cli.Flag {
 		stringFlag("id-field", "", "JSON field or CSV column holding the record ID (idempotency key); default: a content hash"),
 		stringFlag("sink-key", "", "sink key `TEMPLATE` of record fields, e.g. {net}/{time}/{id}: the key the sink stores a record under (default: its ID)"),
 		stringFlag("sink-key-strategy", "none", "how --sink-key is spread over a range-partitioned sink's key ranges: none, hash-prefix:N, reverse, bit-reverse, uuid4 or shard:N"),
-		durationFlag("slice", 200*time.Millisecond, "pacing slice: work is released every slice"),
-		durationFlag("send-guard", 20*time.Millisecond, "jitter allowed between send and accept: the pacer's one-second account covers this much more (costs guard/1s of utilization)"),
-		intFlag("batch-size", 100, "most records per sink request"),
-		intFlag("concurrency", 16, "most sink requests in flight at once"),
-		intFlag("max-in-flight", 10000, "most records fetched but not finished; fetching pauses at this many"),
-		durationFlag("request-timeout", 2*time.Second, "sink request timeout (the lease safety margin covers it)"),
-		durationFlag("grace", 10*time.Second, "on SIGTERM, how long in-flight writes may finish"),
-		intFlag("max-attempts", 8, "write attempts per record before it is dead-lettered"),
+		durationFlag("slice", ingest.DefaultSlice, "pacing slice: work is released every slice, spread evenly over it"),
+		durationFlag("send-guard", pacing.DefaultGuard, "least time a send stays in the pacer's one-second account beyond its answer's arrival, which already bounds when the sink accepted it (the floor of the send-to-accept allowance)"),
+		intFlag("batch-size", ingest.DefaultMaxBatch, "most records per sink request"),
+		intFlag("concurrency", ingest.DefaultConcurrency, "most sink requests in flight at once"),
+		intFlag("max-in-flight", ingest.DefaultMaxInFlight, "most records fetched but not finished; fetching pauses at this many"),
+		durationFlag("request-timeout", ingest.DefaultRequestTimeout, "deadline of every sink write; the lease safety margin covers it and the sink's own timeouts must fit in it"),
+		durationFlag("grace", ingest.DefaultGrace, "on SIGTERM, how long in-flight writes may finish"),
+		intFlag("max-attempts", sink.DefaultMaxAttempts, "write attempts per record the sink answers retryable before it is dead-lettered (throttling and failures of whole requests never count)"),
+		durationFlag("ready-after", ingest.DefaultReadyAfter, "how long a failure (sink paused, dead-letter topic or Kafka unreachable) lasts before /readyz reports not ready"),
+		durationFlag("stall-timeout", 0, "give up (exit 1) when such a failure lasts this long; 0: never (bulk-load: --sink-timeout)"),
 	)
 }
 
@@ -138,14 +149,6 @@ func printJSON(c *cli.Context, v any) error {
 	enc := json.NewEncoder(c.App.Writer)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-func concat(groups ...[]cli.Flag) []cli.Flag {
-	var out []cli.Flag
-	for _, g := range groups {
-		out = append(out, g...)
-	}
-	return out
 }
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {

@@ -123,7 +123,8 @@ func TestEveryFlagHasAnEnvVar(t *testing.T) {
 				env, ok := f.(interface{ GetEnvVars() []string })
 				require.True(t, ok)
 				name := f.Names()[0]
-				require.Equal(t, []string{"SLUICE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}, env.GetEnvVars(), "%s --%s", c.Name, name)
+				require.Equal(t, "SLUICE_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_")), env.GetEnvVars()[0], "%s --%s", c.Name, name)
+				require.Len(t, env.GetEnvVars(), len(f.Names()), "%s --%s: one variable per name", c.Name, name)
 			}
 		}
 	}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicehq/sluice/metrics"
-	"github.com/sluicehq/sluice/queue"
 )
 
 func metricsFlag() cli.Flag {
@@ -31,8 +31,9 @@ func newMetrics(c *cli.Context) (*prometheus.Registry, *metrics.Collector, error
 }
 
 // withMetrics runs run and, when reg is set, the metrics server on addr
-// beside it, stopped after run returned. Ready means a broker answers.
-func withMetrics(ctx context.Context, addr string, reg *prometheus.Registry, brokers []string, run func(context.Context) error) error {
+// beside it (metrics.Handler: /metrics, /healthz, and /readyz from ready),
+// stopped after run returned.
+func withMetrics(ctx context.Context, addr string, reg *prometheus.Registry, ready func(context.Context) error, run func(context.Context) error) error {
 	if reg == nil {
 		return run(ctx)
 	}
@@ -42,9 +43,7 @@ func withMetrics(ctx context.Context, addr string, reg *prometheus.Registry, bro
 	}
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan error, 1)
-	go func() {
-		served <- metrics.Serve(sctx, ln, reg, queue.Admin{Brokers: brokers}.Ping)
-	}()
+	go func() { served <- metrics.Serve(sctx, ln, metrics.Handler(reg, ready), 5*time.Second) }()
 	err = run(ctx)
 	stop()
 	return errors.Join(err, <-served)

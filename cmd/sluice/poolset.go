@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -21,7 +22,7 @@ func poolSetCommand() *cli.Command {
 			"one renewal interval, a third of the lease TTL). Every worker reads the definition\n" +
 			"every sixth of the lease TTL and switches at that instant, so the workers together never exceed the\n" +
 			"old capacity before it nor the new one after it. Start new workers with the new values.",
-		Flags: concat(inCategory(catConnect, stringFlag("redis-addr", "127.0.0.1:6379", "Redis `host:port[,host:port...]`")), []cli.Flag{
+		Flags: slices.Concat(redisFlags(), []cli.Flag{
 			stringFlag("pool", "default", "pool `name`"),
 			floatFlag("capacity", 0, "new capacity in `units/s` (0: unchanged)"),
 			intFlag("partitions", 0, "new number of partitions (0: unchanged)"),
@@ -38,7 +39,14 @@ func poolSetCommand() *cli.Command {
 			case partitions < 0:
 				return usageError(fmt.Errorf("--partitions: must be ≥ 1 (got %d)", partitions))
 			}
-			clients := redisClients(splitList(c.String("redis-addr")))
+			cfg, err := redisConfig(c)
+			if err != nil {
+				return usageError(err)
+			}
+			clients, err := connectRedis(c.Context, cfg)
+			if err != nil {
+				return err
+			}
 			defer closeAll(clients)
 			ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 			defer cancel()

@@ -16,7 +16,8 @@ func TestPoolSet(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer c.Close()
-	require.NoError(t, lease.EnsurePool(context.Background(), c, "", lease.Pool{Name: "quakes", Capacity: 2000, Partitions: 20}))
+	_, err := lease.EnsurePool(context.Background(), c, "", lease.Pool{Name: "quakes", Capacity: 2000, Partitions: 20})
+	require.NoError(t, err)
 
 	code, stdout, stderr := runCLI(t, "pool", "set", "--redis-addr", mr.Addr(), "--pool", "quakes", "--capacity", "1000")
 	require.Equal(t, exitOK, code, stderr)

@@ -14,8 +14,6 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/data/aztables"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sluicehq/sluice/sink"
 )
 
 // usgsPlusBad writes the whole USGS file plus one row, a copy of the first
@@ -101,7 +99,7 @@ func TestBulkLoadIntoAzureTables(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		base = lines[len(lines)-1]
 	}
-	t.Setenv(sink.EnvAzureAccountKey, azuriteKey)
+	t.Setenv(envAzureAccountKey, azuriteKey)
 	table := fmt.Sprintf("quakes%d", time.Now().UnixNano())
 	path := usgsPlusBad(t, 40_000)
 	count := func() (n int64) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -22,7 +23,7 @@ func stressCommand() *cli.Command {
 			"than --threshold of its records throttled. It prints each step, the most records/s\n" +
 			"the partition accepted over a step (its ceiling) and, with --target, the verdict.\n" +
 			"Records are not retried. Exit code 4: the ceiling is below --target.",
-		Flags: concat(inCategory(catConnect,
+		Flags: slices.Concat(inCategory(catConnect,
 			stringFlag("sink", "http://127.0.0.1:8088", "the sink to stress, as a `URL` (http(s)://, postgres://, azuretables://)"),
 		), []cli.Flag{
 			floatFlag("start", 100, "first step's rate, `records/s`"),

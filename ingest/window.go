@@ -1,8 +1,8 @@
-package sinksim
+package ingest
 
 import "time"
 
-// window is a sliding account of units over the half-open window (t−width, t]
+// Window is a sliding account of units over the half-open window (t−Width, t]
 // of a non-decreasing timeline: a deque of (time, units) events, O(1)
 // amortized per event. It also keeps the running maximum of its sum, which is
 // the most units in any window of that width: the sum over (t−w, t] only
@@ -10,9 +10,10 @@ import "time"
 // window ending at an event, and every such window is measured when the event
 // is added.
 //
-// Times are offsets from the emulator's epoch; callers pass them in
-// non-decreasing order.
-type window struct {
+// Instants are offsets on any timeline (from an emulator's epoch, say);
+// callers pass them in non-decreasing order. The zero Window needs a Width;
+// NewWindow gives one. Not safe for concurrent use.
+type Window struct {
 	width  time.Duration
 	events []event
 	head   int   // events[head:] are live
@@ -25,10 +26,11 @@ type event struct {
 	units int64
 }
 
-func newWindow(width time.Duration) window { return window{width: width} }
+// NewWindow returns an empty Window of the given width.
+func NewWindow(width time.Duration) Window { return Window{width: width} }
 
-// expire drops the events no longer in (at−width, at].
-func (w *window) expire(at time.Duration) {
+// Expire drops the events no longer in (at−width, at].
+func (w *Window) Expire(at time.Duration) {
 	cutoff := at - w.width
 	for w.head < len(w.events) && w.events[w.head].at <= cutoff {
 		w.sum -= w.events[w.head].units
@@ -42,13 +44,13 @@ func (w *window) expire(at time.Duration) {
 	}
 }
 
-// add records units at time at and updates the maximum. units ≤ 0 are
+// Add records units at time at and updates the maximum. units ≤ 0 are
 // ignored.
-func (w *window) add(at time.Duration, units int64) {
+func (w *Window) Add(at time.Duration, units int64) {
 	if units <= 0 {
 		return
 	}
-	w.expire(at)
+	w.Expire(at)
 	if n := len(w.events); n > w.head && w.events[n-1].at == at {
 		w.events[n-1].units += units
 	} else {
@@ -58,11 +60,11 @@ func (w *window) add(at time.Duration, units int64) {
 	w.max = max(w.max, w.sum)
 }
 
-// waitFor returns how long after at the live sum, plus pending units added
+// WaitFor returns how long after at the live sum, plus pending units added
 // at at, drops enough that need more units fit under limit. It assumes
-// expire(at) was called and need ≤ limit; the result is > 0 when the units
+// Expire(at) was called and need ≤ limit; the result is > 0 when the units
 // do not fit now and 0 when they do.
-func (w *window) waitFor(at time.Duration, pending, need, limit int64) time.Duration {
+func (w *Window) WaitFor(at time.Duration, pending, need, limit int64) time.Duration {
 	excess := w.sum + pending + need - limit
 	if excess <= 0 {
 		return 0
@@ -74,4 +76,21 @@ func (w *window) waitFor(at time.Duration, pending, need, limit int64) time.Dura
 		}
 	}
 	return w.width // only the pending units, added at at, are left to expire
+}
+
+// Sum returns the units in (at−Width, at], dropping older events.
+func (w *Window) Sum(at time.Duration) int64 {
+	w.Expire(at)
+	return w.sum
+}
+
+// Max returns the most units seen in any window so far.
+func (w *Window) Max() int64 { return w.max }
+
+// Clone returns an independent copy of w (its live events, sum and maximum).
+func (w *Window) Clone() Window {
+	c := *w
+	c.events = append([]event(nil), w.events[w.head:]...)
+	c.head = 0
+	return c
 }

@@ -1,4 +1,4 @@
-package sinksim
+package ingest
 
 import (
 	"math/rand/v2"
@@ -44,10 +44,10 @@ func TestWindowMaxHandMade(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			w1, w2 := newWindow(time.Second), newWindow(200*ms)
+			w1, w2 := NewWindow(time.Second), NewWindow(200*ms)
 			for _, e := range tt.events {
-				w1.add(e.at, e.units)
-				w2.add(e.at, e.units)
+				w1.Add(e.at, e.units)
+				w2.Add(e.at, e.units)
 			}
 			require.Equal(t, tt.want1s, w1.max)
 			require.Equal(t, tt.want2, w2.max)
@@ -63,15 +63,15 @@ func TestWindowMaxMatchesBruteForce(t *testing.T) {
 	for run := range 20 {
 		var events []event
 		var at time.Duration
-		w1, w2 := newWindow(time.Second), newWindow(200*time.Millisecond)
+		w1, w2 := NewWindow(time.Second), NewWindow(200*time.Millisecond)
 		for range 1500 {
 			if rng.IntN(5) != 0 { // one event in five ties with the previous one
 				at += time.Duration(rng.Int64N(int64(40 * time.Millisecond)))
 			}
 			u := 1 + rng.Int64N(20)
 			events = append(events, event{at, u})
-			w1.add(at, u)
-			w2.add(at, u)
+			w1.Add(at, u)
+			w2.Add(at, u)
 		}
 		require.Equal(t, bruteMax(events, time.Second), w1.max, "run %d", run)
 		require.Equal(t, bruteMax(events, 200*time.Millisecond), w2.max, "run %d", run)
@@ -81,13 +81,13 @@ func TestWindowMaxMatchesBruteForce(t *testing.T) {
 func TestWindowWaitFor(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
-	w := newWindow(time.Second)
-	w.add(0, 40)
-	w.add(300*ms, 40)
+	w := NewWindow(time.Second)
+	w.Add(0, 40)
+	w.Add(300*ms, 40)
 	at := 500 * ms
-	w.expire(at)
-	require.Equal(t, time.Duration(0), w.waitFor(at, 0, 20, 100), "fits")
-	require.Equal(t, 500*ms, w.waitFor(at, 0, 21, 100), "needs the event at 0 to leave: at 1 s")
-	require.Equal(t, 800*ms, w.waitFor(at, 0, 61, 100), "needs both events gone: at 1.3 s")
-	require.Equal(t, time.Second, w.waitFor(at, 20, 100, 100), "needs this request's pending units gone too")
+	w.Expire(at)
+	require.Equal(t, time.Duration(0), w.WaitFor(at, 0, 20, 100), "fits")
+	require.Equal(t, 500*ms, w.WaitFor(at, 0, 21, 100), "needs the event at 0 to leave: at 1 s")
+	require.Equal(t, 800*ms, w.WaitFor(at, 0, 61, 100), "needs both events gone: at 1.3 s")
+	require.Equal(t, time.Second, w.WaitFor(at, 20, 100, 100), "needs this request's pending units gone too")
 }

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/recordtype"
+	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// settings are the validated flags of worker and bulk-load for one record
+// type: the connections, the sink, and the worker.Config every worker of
+// the command is built from (its shared parts are filled in later).
+type settings struct {
+	log       *slog.Logger
+	redis     lease.RedisConfig
+	sinkURL   string
+	sinkOpts  sink.OpenConfig
+	worker    worker.Config
+	typeName  string                              // the --type, "" without
+	sinkKeyOf func(ingest.Record) (string, error) // the sink key rule applied to a record; nil without a rule
+}
+
+// readSettings validates the flags and the --type's values; its errors name
+// the flag.
+func readSettings(c *cli.Context) (settings, error) {
+	t, err := oneType(c)
+	if err != nil {
+		return settings{}, err
+	}
+	return settingsFor(c, t)
+}
+
+// workerSettings reads the settings of each --type a worker serves (one
+// settings without --type). With several types each type's pool comes from
+// the types file, so the pool and queue flags must not be given; each type
+// gets its own consumer group, <group>-<type> when --group is set.
+func workerSettings(c *cli.Context) ([]settings, error) {
+	types, err := recordTypes(c)
+	if err != nil || len(types) < 2 {
+		s, err := readSettings(c)
+		return []settings{s}, err
+	}
+	for _, flag := range []string{"topic", "id-field", "pool", "capacity", "unit", "cost", "partitions", "lease-ttl", "reserved-partitions"} {
+		if c.IsSet(flag) {
+			return nil, fmt.Errorf("--%s: with several --type each type's value comes from %s", flag, c.String("types"))
+		}
+	}
+	out := make([]settings, 0, len(types))
+	topics := map[string]string{}
+	for _, t := range types {
+		if t.PoolSpec == nil {
+			return nil, fmt.Errorf("--type %q: pool %q is not defined under \"pools\" in %s (several types need their pools there)", t.Name, t.Pool, c.String("types"))
+		}
+		if other, dup := topics[t.Topic]; dup {
+			return nil, fmt.Errorf("--type: %q and %q share topic %q", other, t.Name, t.Topic)
+		}
+		topics[t.Topic] = t.Name
+		s, err := settingsFor(c, t)
+		if err != nil {
+			return nil, fmt.Errorf("--type %q: %w", t.Name, err)
+		}
+		if c.IsSet("group") {
+			s.worker.Group = c.String("group") + "-" + t.Name
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// flagOf names the flag of each worker.Config field.
+var flagOf = map[string]string{
+	"Topic":           "--topic",
+	"Slice":           "--slice",
+	"Guard":           "--send-guard",
+	"MaxBatch":        "--batch-size",
+	"Concurrency":     "--concurrency",
+	"MaxInFlight":     "--max-in-flight",
+	"MaxAttempts":     "--max-attempts",
+	"Reserved":        "--reserved-partitions",
+	"Pool.Name":       "--pool",
+	"Pool.Capacity":   "--capacity",
+	"Pool.Partitions": "--partitions",
+	"Pool.TTL":        "--lease-ttl",
+	"Pool.Unit":       "--unit",
+	"Pool.Ramp":       "--ramp",
+	"RequestTimeout, Grace, ReadyAfter, StallTimeout": "--request-timeout, --grace, --ready-after, --stall-timeout",
+}
+
+// settingsFor validates the flags, with t's values for those not given (t
+// may be nil); its errors name the flag.
+func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
+	c := typedFlags(cc, t)
+	log, err := newLogger(cc)
+	if err != nil {
+		return settings{}, err
+	}
+	brokers, kafka, err := kafkaConn(cc)
+	if err != nil {
+		return settings{}, err
+	}
+	redisCfg, err := redisConfig(cc)
+	if err != nil {
+		return settings{}, err
+	}
+	unit, err := ingest.ParseUnit(c.String("unit"))
+	if err != nil {
+		return settings{}, fmt.Errorf("--unit: %w", err)
+	}
+	pricing, err := ingest.ParseCost(unit, c.String("cost"))
+	if err != nil {
+		return settings{}, fmt.Errorf("--cost: %w", err)
+	}
+	ramp, err := readRamp(cc)
+	if err != nil {
+		return settings{}, err
+	}
+	s := settings{
+		log:     log,
+		redis:   redisCfg,
+		sinkURL: c.String("sink"),
+		worker: worker.Config{
+			Brokers:        brokers,
+			Kafka:          kafka,
+			Topic:          c.String("topic"),
+			Group:          c.String("group"),
+			Pool:           lease.Pool{Name: c.String("pool"), Capacity: c.Float64("capacity"), Unit: unit, Partitions: c.Int("partitions"), TTL: c.Duration("lease-ttl"), Ramp: ramp},
+			Reserved:       c.Int("reserved-partitions"),
+			Pricing:        pricing,
+			IDField:        c.String("id-field"),
+			Slice:          c.Duration("slice"),
+			Guard:          c.Duration("send-guard"),
+			RequestTimeout: c.Duration("request-timeout"),
+			Grace:          c.Duration("grace"),
+			ReadyAfter:     c.Duration("ready-after"),
+			StallTimeout:   c.Duration("stall-timeout"),
+			MaxBatch:       c.Int("batch-size"),
+			Concurrency:    c.Int("concurrency"),
+			MaxInFlight:    c.Int("max-in-flight"),
+			MaxAttempts:    c.Int("max-attempts"),
+			Logger:         log,
+		},
+	}
+	s.worker.Group = cmp.Or(s.worker.Group, worker.DefaultGroup(s.worker.Topic))
+	if t != nil {
+		s.worker.Processor = t.Processor()
+		s.typeName = t.Name
+	}
+	if template := c.String("sink-key"); template != "" {
+		sk, err := recordtype.NewSinkKey(template, c.String("sink-key-strategy"))
+		if err != nil {
+			return s, fmt.Errorf("--sink-key, --sink-key-strategy: %w", err)
+		}
+		s.worker.Processor = ingest.Chain(s.worker.Processor, sk.Processor())
+		s.sinkKeyOf = func(rec ingest.Record) (string, error) { return sk.Key(rec.Value) }
+	} else if cc.IsSet("sink-key-strategy") {
+		return s, errors.New("--sink-key-strategy: needs --sink-key TEMPLATE")
+	}
+	if err := s.worker.Validate(); err != nil {
+		if ce := (*worker.ConfigError)(nil); errors.As(err, &ce) && flagOf[ce.Field] != "" {
+			return s, fmt.Errorf("%s: %w", flagOf[ce.Field], ce.Err)
+		}
+		return s, err
+	}
+	if err := sink.CheckURL(s.sinkURL); err != nil {
+		return s, fmt.Errorf("--sink: %w", err)
+	}
+	s.sinkOpts = sinkOptions(cc, log, s.worker.RequestTimeout)
+	return s, nil
+}
+
+// readRamp reads --ramp and the --ramp-* flags; a preset's fields are
+// overridden by the flags given.
+func readRamp(c *cli.Context) (lease.Ramp, error) {
+	var r lease.Ramp
+	switch preset := c.String("ramp"); preset {
+	case "":
+	case "gcs":
+		r = lease.RampGCS
+	case "firestore":
+		r = lease.RampFirestore
+	default:
+		return r, fmt.Errorf("--ramp: unknown preset %q (want gcs or firestore)", preset)
+	}
+	if c.IsSet("ramp-start") {
+		r.Start = c.Float64("ramp-start")
+	}
+	if c.IsSet("ramp-factor") {
+		r.Factor = c.Float64("ramp-factor")
+	}
+	if c.IsSet("ramp-period") {
+		r.Period = c.Duration("ramp-period")
+	}
+	if r.On() {
+		r.IdleReset = c.Duration("ramp-idle-reset")
+	}
+	return r, nil
+}
+
+// ensurePool stores the pool definition in every Redis master, or, when
+// one is stored already (a pool set by `sluice pool set`, a restarted pod),
+// runs with the stored one and says so. Two definitions that disagree at
+// creation are refused (exit 2) with both values named.
+func ensurePool(ctx context.Context, s *settings, clients []redis.UniversalClient) error {
+	for _, c := range clients {
+		stored, err := lease.EnsurePool(ctx, c, "", s.worker.Pool)
+		if err != nil {
+			if errors.Is(err, lease.ErrPoolMismatch) || errors.Is(err, lease.ErrInvalidPool) {
+				return usageError(err)
+			}
+			return err
+		}
+		if stored.Capacity != s.worker.Pool.Capacity || stored.Partitions != s.worker.Pool.Partitions {
+			s.log.Info("pool defined differently in Redis; running with the stored definition",
+				"pool", stored.Name, "stored", stored.String(), "flags", s.worker.Pool.String())
+			s.worker.Pool = stored
+		}
+	}
+	return nil
+}
+
+// ensureTopics creates topic with partitions partitions and its dead-letter
+// topic with one, unless they exist.
+func ensureTopics(ctx context.Context, admin queue.Admin, topic string, partitions int) error {
+	for t, parts := range map[string]int{topic: partitions, queue.DeadLetterTopic(topic): 1} {
+		if err := admin.EnsureTopic(ctx, t, parts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// describeTypes names the types of a worker for its start-up line.
+func describeTypes(all []settings) string {
+	names := make([]string, 0, len(all))
+	for _, s := range all {
+		names = append(names, s.typeName)
+	}
+	return strings.Join(names, ",")
+}

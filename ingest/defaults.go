@@ -1,0 +1,29 @@
+package ingest
+
+import "time"
+
+// Defaults of the pipeline, and of the components that must agree with it:
+// the pacer slices at DefaultSlice, the lease margin covers
+// DefaultRequestTimeout, and the CLI shows these values. Each is defined
+// here and only here.
+const (
+	// DefaultSlice is how often work is released: 200 ms.
+	DefaultSlice = 200 * time.Millisecond
+	// DefaultRequestTimeout is the deadline of one sink write: 2 s. The
+	// lease safety margin covers it, so a write paced under a lease ends
+	// before the lease can be taken by a peer.
+	DefaultRequestTimeout = 2 * time.Second
+	// DefaultMaxBatch is the most records in one sink request: 100.
+	DefaultMaxBatch = 100
+	// DefaultConcurrency is the most sink requests in flight: 16.
+	DefaultConcurrency = 16
+	// DefaultMaxInFlight is the most records fetched and not finished:
+	// 10,000.
+	DefaultMaxInFlight = 10_000
+	// DefaultGrace is how long in-flight writes may go on at shutdown: 10 s.
+	DefaultGrace = 10 * time.Second
+	// DefaultReadyAfter is how long a failure (sink paused, dead-letter
+	// topic or queue unreachable) may last before the pipeline reports
+	// itself not ready: 30 s.
+	DefaultReadyAfter = 30 * time.Second
+)

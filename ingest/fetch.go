@@ -1,0 +1,112 @@
+package ingest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"time"
+)
+
+// maxLetterBacklog is how many records may wait for the dead-letter topic
+// before the fetcher pauses: while the topic is unreachable, the records
+// already fetched are still delivered, and no more are taken.
+const maxLetterBacklog = 1000
+
+// fetch reads the source into p.fetched while there are free slots, fewer
+// than the prefetch target are waiting, and the dead letters keep up.
+func (p *Pipeline) fetch(ctx context.Context) {
+	if p.cfg.Start != nil {
+		select {
+		case <-p.cfg.Start:
+		case <-ctx.Done():
+			return
+		}
+	}
+	for {
+		for int64(len(p.fetched)) >= max(p.prefetch.Load(), 1) || p.letters.len() >= maxLetterBacklog {
+			select {
+			case <-p.wake:
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		p.demand.fetchingSince.Store(time.Now().UnixNano())
+		rec, err := p.p.Source.Fetch(ctx)
+		p.demand.fetchingSince.Store(0)
+		if err != nil {
+			<-p.slots
+			if ctx.Err() != nil {
+				return
+			}
+			p.fetchFailing.CompareAndSwap(0, time.Now().UnixNano())
+			p.fetchErrLog.Do(func() { p.log.Error("fetch failed, retrying", "err", err) })
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		p.fetchFailing.Store(0)
+		p.c.noteFetch(time.Now())
+		p.demand.started.Store(true)
+		p.fetched <- p.prepare(rec)
+		if int64(len(p.fetched)) >= p.prefetch.Load() {
+			select {
+			case p.filled <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// prepare validates a fetched record and sets its ID and cost.
+func (p *Pipeline) prepare(rec Record) *item {
+	it := &item{rec: rec}
+	rec.Cost, it.base = p.price(rec.Value)
+	if !IsJSONObject(rec.Value) {
+		it.invalid = fmt.Sprintf("%s: value is not a JSON object", describe(rec))
+	}
+	if rec.ID == "" {
+		id, err := RecordID(rec.Value, p.cfg.IDField)
+		if err != nil {
+			id = ContentID(rec.Value)
+			it.invalid = cmp.Or(it.invalid, fmt.Sprintf("%s: %v", describe(rec), err))
+		}
+		rec.ID = id
+	}
+	if p.cfg.Processor != nil && it.invalid == "" {
+		out, err := p.cfg.Processor.Process(rec)
+		if err != nil {
+			it.invalid = fmt.Sprintf("%s: %v", describe(rec), err)
+		} else {
+			rec = out
+			rec.Cost, it.base = p.price(rec.Value)
+		}
+	}
+	if p.cfg.MaxRecordCost > 0 && rec.Cost > p.cfg.MaxRecordCost {
+		it.invalid = fmt.Sprintf("%s costs %d %s, more than one second of the whole pool (%d)",
+			describe(rec), rec.Cost, p.cfg.Pricing.Unit, p.cfg.MaxRecordCost)
+	}
+	it.rec = rec
+	return it
+}
+
+// price returns the record's cost: its base price by the pricing rule,
+// scaled by what the sink has been charging per unit of base price when it
+// reports charges, so that estimates follow the sink's real rule and the
+// corrections stay small.
+func (p *Pipeline) price(value []byte) (cost, base int64) {
+	base = p.cfg.Pricing.Price(value)
+	cost = base
+	if f := p.charges.factor(); f != 1 {
+		cost = max(int64(math.Ceil(f*float64(base)-1e-9)), 1)
+	}
+	return cost, base
+}

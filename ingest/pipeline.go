@@ -1,0 +1,330 @@
+package ingest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// PipelineConfig configures a Pipeline. Zero fields take the documented
+// default.
+type PipelineConfig struct {
+	// Pricing prices each record in the pool's unit. Defaults to 1 per
+	// record.
+	Pricing Pricing
+	// IDField names the JSON field holding a record's ID (its idempotency
+	// key). Empty: a content hash (see RecordID). A record without the
+	// field, or with it empty, is dead-lettered.
+	IDField string
+	// MaxBatch is the most records in one sink request. Defaults to
+	// DefaultMaxBatch (100).
+	MaxBatch int
+	// Concurrency is the most sink requests in flight at once. Defaults to
+	// DefaultConcurrency (16).
+	Concurrency int
+	// MaxInFlight is the most records fetched but not yet finished
+	// (queued, being written, waiting to be retried or dead-lettered), a
+	// hard bound on memory. Defaults to DefaultMaxInFlight (10,000). Short
+	// of it, the pipeline keeps only about two slices' budget or half a
+	// second of its leased rate fetched ahead (at least one record, to
+	// sense a backlog), so records are dequeued only when there is
+	// capacity to write them and a group rebalance strands few of them.
+	MaxInFlight int
+	// MaxRecordCost is one second of the whole pool's capacity, in units. A
+	// record costing more can never be written without exceeding the pool,
+	// so it is dead-lettered. 0: no limit.
+	MaxRecordCost int64
+	// Slice is the pacer's slice: a slice's sends are spread evenly over
+	// it. Defaults to DefaultSlice (200 ms).
+	Slice time.Duration
+	// RequestTimeout is the deadline the pipeline puts on every sink write.
+	// Defaults to DefaultRequestTimeout (2 s). The lease margin must cover
+	// it (see lease.Config.RequestTimeout), and a sink's own timeouts must
+	// fit inside it.
+	RequestTimeout time.Duration
+	// Grace is how long in-flight writes and dead letters may go on after
+	// ctx is done before they are cancelled (their records are then
+	// redelivered). Defaults to DefaultGrace (10 s).
+	Grace time.Duration
+	// ReadyAfter is how long a failure may last before Ready reports it:
+	// the sink paused, the dead-letter topic or the queue unreachable.
+	// Defaults to DefaultReadyAfter (30 s).
+	ReadyAfter time.Duration
+	// StallTimeout makes Run return a *StalledError when one of those
+	// failures has lasted this long. 0 (the default): Run waits for the
+	// failure to pass, however long.
+	StallTimeout time.Duration
+	// LeaseAhead makes the pipeline announce a backlog from the start,
+	// before it has fetched anything, so its leases are taken and its
+	// first slice is full when the first record arrives. For bulk loads,
+	// whose backlog is known before it is produced; from the first fetch
+	// on, demand follows the records as usual. Default false.
+	LeaseAhead bool
+	// Start, when not nil, holds the first fetch until it is closed.
+	Start <-chan struct{}
+	// Logger receives the pipeline's logs. Default: slog.Default().
+	Logger *slog.Logger
+	// Counters receives the running totals; several pipelines may share
+	// one. Default: a Counters of the pipeline's own.
+	Counters *Counters
+	// ObserveWrite, when set, is called after every sink write attempt with
+	// the batch size in records and how long the attempt took (metrics).
+	ObserveWrite func(records int, took time.Duration)
+	// Processor applies the record type's rules (validation, enrichment,
+	// sink key) to each fetched record after its ID is set and before it is
+	// priced. Default: none.
+	Processor Processor
+}
+
+// withDefaults fills the zero fields of c and checks the rest.
+func (c PipelineConfig) withDefaults() (PipelineConfig, error) {
+	if c.MaxBatch < 0 || c.Concurrency < 0 || c.MaxInFlight < 0 || c.MaxRecordCost < 0 ||
+		c.Slice < 0 || c.RequestTimeout < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0 {
+		return c, errors.New("ingest: pipeline limits and durations must not be negative")
+	}
+	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
+	c.Slice = cmp.Or(c.Slice, DefaultSlice)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+	c.Grace = cmp.Or(c.Grace, DefaultGrace)
+	c.ReadyAfter = cmp.Or(c.ReadyAfter, DefaultReadyAfter)
+	c.Pricing.Unit = cmp.Or(c.Pricing.Unit, UnitRecords)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Counters == nil {
+		c.Counters = new(Counters)
+	}
+	return c, nil
+}
+
+// Ports are the adapters a Pipeline drives. Every field is required.
+type Ports struct {
+	Source      Source
+	DeadLetters DeadLetters
+	Sink        Sink
+	Retry       RetryPolicy
+	Pacer       Pacer
+	Capacity    Capacity
+}
+
+// Pipeline is the worker pipeline of one process: queue → pacer → sink,
+// with commit hand-off and dead-lettering. Create it with NewPipeline and
+// start it with Run.
+type Pipeline struct {
+	cfg PipelineConfig
+	p   Ports
+	log *slog.Logger
+	c   *Counters
+
+	slots    chan struct{} // one per record in flight
+	requests chan struct{} // one per sink request in flight
+	fetched  chan *item    // fetched records waiting for budget
+	prefetch atomic.Int64  // records to keep in fetched
+	demand   demand
+	wake     chan struct{} // pokes the fetcher every slice
+	filled   chan struct{} // the fetcher reached the prefetch target
+
+	mu      sync.Mutex
+	retries unitHeap // batches and records waiting out a backoff
+
+	breaker      breaker
+	letters      letterQueue
+	fetchFailing atomic.Int64 // unix ns since Fetch has been failing; 0 when it is not
+
+	owner   Owner // the source, when it can lose records
+	dropped int64 // records dropped because the source lost them (slice loop only)
+	owed    atomic.Int64
+	charges chargeRatio
+
+	fetchErrLog, letterErrLog, letterLog rate.Sometimes
+}
+
+// item is a record in flight.
+type item struct {
+	rec       Record
+	base      int64  // the record's price by the rule, before the learned charge ratio
+	attempts  int    // attempts the sink answered Retryable, not throttled
+	throttles int    // attempts the sink answered throttled
+	ambiguous int    // answers with every record of the request Retryable, taken for a sink failure
+	invalid   string // reason to dead-letter without writing, if set
+}
+
+// NewPipeline checks cfg and ports and returns a Pipeline.
+func NewPipeline(cfg PipelineConfig, p Ports) (*Pipeline, error) {
+	if p.Source == nil || p.DeadLetters == nil || p.Sink == nil || p.Retry == nil || p.Pacer == nil || p.Capacity == nil {
+		return nil, errors.New("ingest: a pipeline needs a source, dead letters, sink, retry policy, pacer and capacity")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	pl := &Pipeline{
+		cfg:          cfg,
+		p:            p,
+		log:          cfg.Logger,
+		c:            cfg.Counters,
+		slots:        make(chan struct{}, cfg.MaxInFlight),
+		requests:     make(chan struct{}, cfg.Concurrency),
+		fetched:      make(chan *item, cfg.MaxInFlight),
+		wake:         make(chan struct{}, 1),
+		filled:       make(chan struct{}, 1),
+		letterErrLog: rate.Sometimes{Interval: 5 * time.Second},
+		fetchErrLog:  rate.Sometimes{Interval: 5 * time.Second},
+		letterLog:    rate.Sometimes{First: 10, Interval: 5 * time.Second},
+	}
+	pl.breaker.init(p.Retry, cfg.Logger)
+	pl.letters.init()
+	return pl, nil
+}
+
+// Counters returns the pipeline's running totals.
+func (p *Pipeline) Counters() *Counters { return p.c }
+
+// SinkPaused reports whether the pipeline has paused its sink after a
+// failure of a whole request, and since when.
+func (p *Pipeline) SinkPaused() (paused bool, since time.Time) { return p.breaker.paused() }
+
+// SinkPausedTotal returns how long the sink has been paused in all, the
+// current pause included.
+func (p *Pipeline) SinkPausedTotal() time.Duration { return p.breaker.pausedTotal(time.Now()) }
+
+// Run drains the source until ctx is done. Then it stops fetching, lets
+// in-flight writes and dead letters finish within the grace period
+// (cancelling the rest), announces zero demand and returns nil. Records
+// not finished by then are not marked Done and so are redelivered by the
+// queue.
+//
+// With PipelineConfig.StallTimeout set, Run stops the same way and returns
+// a *StalledError when the pipeline cannot make progress for that long:
+// the sink stays paused, or the dead-letter topic or the queue stays
+// unreachable.
+func (p *Pipeline) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	writeCtx, cancelWrites := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWrites()
+
+	p.demand.leaseAhead = p.cfg.LeaseAhead
+	p.owner, _ = p.p.Source.(Owner)
+	if l, ok := p.p.Source.(Lagger); ok {
+		p.demand.lag = l.Lag
+	}
+	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, true))
+
+	closing := make(chan struct{})
+	var fetching, writing, background sync.WaitGroup
+	background.Go(func() { p.deadLetters(writeCtx, closing) })
+	background.Go(func() { p.watch(ctx, stop) })
+	fetching.Go(func() { p.fetch(ctx) })
+	p.warm(ctx)
+	p.slices(ctx, writeCtx, &writing)
+	fetching.Wait()
+
+	drained := make(chan struct{})
+	go func() {
+		writing.Wait()
+		close(closing)
+		background.Wait()
+		close(drained)
+	}()
+	timer := time.NewTimer(p.cfg.Grace)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+		p.log.Warn("grace period over, cancelling writes", "grace", p.cfg.Grace)
+		cancelWrites()
+		<-drained
+	}
+	p.p.Capacity.SetDemand(0)
+	if se := (*StalledError)(nil); errors.As(context.Cause(ctx), &se) {
+		return se
+	}
+	return nil
+}
+
+// warm opens the sink's connections before the first slice, so its first
+// requests are not slowed by handshakes. A sink that does not answer is
+// paused, as if its first write had failed.
+func (p *Pipeline) warm(ctx context.Context) {
+	w, ok := p.p.Sink.(Warmer)
+	if !ok {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	if err := w.Warm(wctx, p.cfg.Concurrency); err != nil && ctx.Err() == nil {
+		p.breaker.failure(time.Now(), err)
+	}
+}
+
+// Ready returns nil while the pipeline can make progress, and an error
+// naming the failure once one has lasted PipelineConfig.ReadyAfter: the
+// sink paused, the dead-letter topic unreachable, the queue unreachable.
+func (p *Pipeline) Ready() error {
+	if f := p.failing(time.Now()); f.age >= p.cfg.ReadyAfter {
+		return f.err()
+	}
+	return nil
+}
+
+// chargeRatio learns the ratio of the sink's reported charges to the
+// records' prices by the rule, as an exponentially weighted average over
+// records (weight 1/50 each, so it settles within a few slices), kept
+// within [0.1, 10]. The zero value is ready and answers 1.
+type chargeRatio struct {
+	mu    sync.Mutex
+	ratio float64 // 0: nothing observed yet
+}
+
+func (c *chargeRatio) observe(estimate, charge int64) {
+	r := min(max(float64(charge)/float64(max(estimate, 1)), 0.1), 10)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ratio == 0 {
+		c.ratio = r
+		return
+	}
+	c.ratio += (r - c.ratio) / 50
+}
+
+func (c *chargeRatio) factor() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ratio == 0 {
+		return 1
+	}
+	return c.ratio
+}
+
+// finish marks it Done and frees its slot.
+func (p *Pipeline) finish(it *item, now time.Time) {
+	p.p.Source.Done(it.rec)
+	p.c.noteDone(now)
+	<-p.slots
+}
+
+// drop lets go of a record the source no longer owns: it is not sent and
+// not Done, so its new owner gets it.
+func (p *Pipeline) drop(it *item) {
+	p.dropped++
+	if p.dropped == 1 || p.dropped%1000 == 0 {
+		p.log.Info("records of a reassigned partition dropped unsent", "source", it.rec.Pos.String(), "dropped", p.dropped)
+	}
+	<-p.slots
+}
+
+// describe names a record for logs and dead-letter reasons.
+func describe(rec Record) string {
+	if rec.ID == "" {
+		return fmt.Sprintf("record %s", rec.Pos)
+	}
+	return fmt.Sprintf("record %s (id %s)", rec.Pos, rec.ID)
+}

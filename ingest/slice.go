@@ -1,0 +1,383 @@
+package ingest
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+)
+
+// sendsPerSlice is how many requests a slice's budget is spread over (as
+// far as MaxBatch allows more): the sends of a slice leave at even
+// intervals across it, not as one burst at its start, so the busiest
+// 200 ms at the sink holds about one slice's budget and bursts of several
+// workers do not align.
+const sendsPerSlice = 10
+
+// idleWait bounds how long an idle pipeline waits for a record before it
+// looks at its retries and demand again.
+const idleWait = 100 * time.Millisecond
+
+// settleWait bounds the wait for a queue to fill after an idle spell.
+const settleWait = 20 * time.Millisecond
+
+// unit is what is sent in one request: a batch. A batch that failed as a
+// whole is retried as it was (keep), so that its idempotency key, derived
+// from its records' IDs, stays the same; a record answered Retryable is
+// retried alone and may join other records in its next batch.
+type unit struct {
+	items []*item
+	cost  int64
+	due   time.Time
+	keep  bool
+	epoch int64 // the breaker's successes when the unit was sent
+}
+
+func newUnit(items []*item) *unit {
+	u := &unit{items: items}
+	for _, it := range items {
+		u.cost += it.rec.Cost
+	}
+	return u
+}
+
+// slices is the slice loop: every slice, take at most the budget's worth of
+// records and send them, spread over the slice.
+func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup) {
+	var head *item // the next fresh record, fetched but not taken
+	for {
+		until, changed, probe := p.breaker.gate(time.Now())
+		if changed != nil {
+			// The sink is paused: take nothing, spend no budget, until
+			// the pause is over (or a probe's answer arrives).
+			if !waitFor(ctx, until, changed) {
+				return
+			}
+			continue
+		}
+		if head == nil {
+			head = p.nextFresh()
+		}
+		due := p.dueCost(time.Now())
+		if head == nil && due == 0 {
+			// Idle: wait for a record rather than a slice, so the first
+			// one is sent at once (the pacer opens a slice immediately
+			// when the last one is over).
+			if probe {
+				p.breaker.cancelProbe()
+			}
+			p.setDemand(false)
+			p.setPrefetch(0, 1)
+			var ok bool
+			if head, ok = p.await(ctx); !ok {
+				return
+			}
+			continue
+		}
+		want := due
+		if want == 0 {
+			want = head.rec.Cost
+		}
+		budget, err := p.p.Pacer.Next(ctx, want)
+		if err != nil {
+			return
+		}
+		open := time.Now()
+		p.setPrefetch(budget, want)
+		var units []*unit
+		var spent int64
+		units, head, spent = p.take(open, budget, head, probe)
+		if probe && len(units) == 0 {
+			p.breaker.cancelProbe()
+		}
+		p.demand.recent.add(open, spent)
+		// What was taken is still to be sent over the slice, each send when
+		// the account has room: until then it is a backlog, or the leases
+		// it needs could go back to the pool.
+		p.setDemand(len(units) > 0 || head != nil || p.dueCost(open) > 0)
+		if owed := p.owed.Swap(0); owed > 0 {
+			// What the sink charged beyond the estimates is charged now,
+			// on top of this slice (debt if the bucket cannot cover it).
+			answered, err := p.p.Pacer.Spend(ctx, owed)
+			if err != nil {
+				return
+			}
+			answered()
+			p.c.unitsCorrected.Add(owed)
+			p.c.noteSent(owed)
+		}
+		p.log.Debug("slice", "budget", budget, "spent", spent, "requests", len(units), "queued", len(p.fetched))
+		if !p.dispatch(ctx, writeCtx, writing, units, open) {
+			return
+		}
+	}
+}
+
+// take returns the units to send in a slice of budget units opened at now:
+// the retries that are due, then fresh records, in batches spread for
+// sendsPerSlice requests. With probe, it takes one unit only. It returns
+// the fresh record it could not fit (the new head) and the units taken.
+func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool) (units []*unit, rest *item, spent int64) {
+	var fresh []*item
+	for {
+		u := p.popDue(now, budget-spent)
+		if u == nil {
+			break
+		}
+		spent += u.cost
+		if !u.keep {
+			fresh = append(fresh, u.items...)
+			continue
+		}
+		units = append(units, u)
+		if probe {
+			return units, head, spent
+		}
+	}
+	for {
+		if head == nil {
+			head = p.nextFresh()
+		}
+		if head == nil || head.rec.Cost > budget-spent || (probe && len(fresh) == p.cfg.MaxBatch) {
+			break
+		}
+		fresh = append(fresh, head)
+		spent += head.rec.Cost
+		head = nil
+	}
+	if len(fresh) == 0 {
+		return units, head, spent
+	}
+	size := min(max((len(fresh)+sendsPerSlice-1)/sendsPerSlice, 1), p.cfg.MaxBatch)
+	if probe {
+		size = len(fresh)
+	}
+	for len(fresh) > 0 {
+		n := min(size, len(fresh))
+		units = append(units, newUnit(fresh[:n:n]))
+		fresh = fresh[n:]
+	}
+	return units, head, spent
+}
+
+// dispatch sends units, the i-th of n at open + i × Slice/n, each through
+// the pacer's account and a request slot. It returns false once ctx is
+// done; the units not sent then stay un-Done and are redelivered.
+func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGroup, units []*unit, open time.Time) bool {
+	if len(units) == 0 {
+		return true
+	}
+	step := p.cfg.Slice / time.Duration(len(units))
+	for i, u := range units {
+		if !sleepUntil(ctx, open.Add(time.Duration(i)*step)) {
+			return false
+		}
+		if p.breaker.halted() {
+			// A write failed as a whole since the slice opened: what is
+			// left waits for the sink to answer again.
+			now := time.Now()
+			for _, u := range units[i:] {
+				u.due, u.keep = now, true
+				p.pushRetry(u)
+			}
+			return true
+		}
+		select {
+		case p.requests <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		}
+		answered, err := p.p.Pacer.Spend(ctx, u.cost)
+		if err != nil {
+			<-p.requests
+			return false
+		}
+		p.c.noteSent(u.cost)
+		u.epoch = p.breaker.successes()
+		writing.Go(func() {
+			defer func() { <-p.requests }()
+			p.write(writeCtx, u, answered)
+		})
+	}
+	return true
+}
+
+// nextFresh returns the next fetched record that can be sent, without
+// waiting: records the source no longer owns are dropped, invalid ones
+// are dead-lettered.
+func (p *Pipeline) nextFresh() *item {
+	for {
+		select {
+		case it := <-p.fetched:
+			if it = p.admit(it); it != nil {
+				return it
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// admit passes it on, or drops or dead-letters it and returns nil.
+func (p *Pipeline) admit(it *item) *item {
+	switch {
+	case p.owner != nil && !p.owner.Owns(it.rec):
+		p.drop(it)
+	case it.invalid != "":
+		p.c.invalid.Add(1)
+		p.deadLetter(it, it.invalid)
+	default:
+		return it
+	}
+	return nil
+}
+
+// await waits for a fetched record, a retry coming due, or idleWait,
+// whichever comes first. ok is false once ctx is done.
+func (p *Pipeline) await(ctx context.Context) (it *item, ok bool) {
+	wait := idleWait
+	p.mu.Lock()
+	if len(p.retries) > 0 {
+		wait = min(wait, time.Until(p.retries[0].due))
+	}
+	p.mu.Unlock()
+	timer := time.NewTimer(max(wait, 0))
+	defer timer.Stop()
+	select {
+	case it = <-p.fetched:
+		p.settle(ctx)
+		return p.admit(it), true
+	case <-timer.C:
+		return nil, true
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+// settle gives the fetcher up to settleWait to queue the records that came
+// with the first one after an idle spell, so the slice about to open is not
+// spent on a handful of them.
+func (p *Pipeline) settle(ctx context.Context) {
+	timer := time.NewTimer(settleWait)
+	defer timer.Stop()
+	for int64(len(p.fetched))+1 < p.prefetch.Load() {
+		select {
+		case <-p.filled:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// setDemand announces the pipeline's demand; backlog: records are waiting
+// beyond this slice's budget.
+func (p *Pipeline) setDemand(backlog bool) {
+	p.mu.Lock()
+	retrying := 0
+	for _, u := range p.retries {
+		retrying += len(u.items)
+	}
+	p.mu.Unlock()
+	idle := retrying == 0 && len(p.fetched) == 0
+	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), backlog, idle))
+	if br, ok := p.p.Capacity.(BacklogReporter); ok {
+		units := -1.0
+		if p.demand.lag != nil {
+			if lag := p.demand.lag(); lag >= 0 {
+				units = float64(lag+int64(len(p.fetched)+retrying)) * p.c.Totals().UnitsPerRecord()
+			}
+		}
+		br.SetBacklog(units)
+	}
+}
+
+// setPrefetch keeps fetched ahead the larger of two slices' budget and half
+// a second at the leased rate (so a pipeline whose lease was just granted
+// fills its next slice), estimating a record's cost by the one waiting (1
+// when none), and wakes the fetcher once a slice.
+func (p *Pipeline) setPrefetch(budget, headCost int64) {
+	units := max(2*budget, int64(p.p.Capacity.Rate(time.Now())/2))
+	p.prefetch.Store(units / max(headCost, 1))
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pushRetry schedules u for another attempt at u.due.
+func (p *Pipeline) pushRetry(u *unit) {
+	p.mu.Lock()
+	heap.Push(&p.retries, u)
+	p.mu.Unlock()
+}
+
+// popDue removes and returns the earliest retry if it is due at now and
+// costs at most room; nil otherwise.
+func (p *Pipeline) popDue(now time.Time, room int64) *unit {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.retries) == 0 || p.retries[0].due.After(now) || p.retries[0].cost > room {
+		return nil
+	}
+	return heap.Pop(&p.retries).(*unit)
+}
+
+// dueCost returns the cost of the earliest retry if it is due at now, else 0.
+func (p *Pipeline) dueCost(now time.Time) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.retries) == 0 || p.retries[0].due.After(now) {
+		return 0
+	}
+	return p.retries[0].cost
+}
+
+// waitFor blocks until t (when not zero), until ch is closed, or until ctx
+// is done; false when ctx is done.
+func waitFor(ctx context.Context, t time.Time, ch <-chan struct{}) bool {
+	var tc <-chan time.Time
+	if !t.IsZero() {
+		timer := time.NewTimer(max(time.Until(t), 0))
+		defer timer.Stop()
+		tc = timer.C
+	}
+	select {
+	case <-tc:
+	case <-ch:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// sleepUntil blocks until t or until ctx is done; false when ctx is done.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// unitHeap orders units waiting for a retry by due time.
+type unitHeap []*unit
+
+func (h unitHeap) Len() int           { return len(h) }
+func (h unitHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h unitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *unitHeap) Push(x any)        { *h = append(*h, x.(*unit)) }
+func (h *unitHeap) Pop() any {
+	old := *h
+	u := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return u
+}

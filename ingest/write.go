@@ -1,0 +1,178 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// maxThrottleStep caps the attempt number a throttled record's backoff is
+// computed for: throttling never uses up attempts, and its waits stop
+// growing here (with the default policy, 1.2–1.8 s), or at the sink's
+// Retry-After.
+const maxThrottleStep = 4
+
+// write makes one attempt at a unit under the request deadline and routes
+// every record by its result. answered tells the pacer the answer is in.
+func (p *Pipeline) write(ctx context.Context, u *unit, answered func()) {
+	recs := make([]Record, len(u.items))
+	for i, it := range u.items {
+		recs[i] = it.rec
+	}
+	p.c.requests.Add(1)
+	p.c.attempts.Add(int64(len(recs)))
+	began := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	results, err := p.p.Sink.Write(wctx, recs)
+	cancel()
+	answered()
+	took := time.Since(began)
+	p.c.noteLatency(took)
+	if p.cfg.ObserveWrite != nil {
+		p.cfg.ObserveWrite(len(recs), took)
+	}
+	if ctx.Err() != nil {
+		return // shutting down: the records are redelivered later
+	}
+	now := time.Now()
+	if err == nil && !p.isolated(u) {
+		err = wholeFailure(results, len(recs))
+	} else if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer within the request timeout (%s): %w", p.cfg.RequestTimeout, err)
+	}
+	if err != nil {
+		p.failed(u, err, now)
+		return
+	}
+	p.breaker.success(now)
+	throttled := false
+	for i, it := range u.items {
+		if p.route(it, results[i], now) {
+			throttled = true
+		}
+	}
+	if throttled {
+		p.throttleFeedback()
+	}
+}
+
+// maxAmbiguous is how many times a unit whose every record came back
+// Retryable is taken for a sink-wide failure before its records' attempts
+// start to count (see isolated).
+const maxAmbiguous = 5
+
+// isolated reports whether an answer with every record Retryable is about
+// u's records rather than the sink: another request succeeded since u was
+// sent (the sink works), or each of its records has been answered so
+// maxAmbiguous times (a poison record at the end of the queue).
+func (p *Pipeline) isolated(u *unit) bool {
+	if p.breaker.successes() > u.epoch {
+		return true
+	}
+	for _, it := range u.items {
+		if it.ambiguous < maxAmbiguous {
+			return false
+		}
+	}
+	return true
+}
+
+// wholeFailure returns the error of an answer that is a failure of the
+// whole request although Write returned no error: results that do not
+// match the batch, or every record Retryable (an outage or throttling
+// answered record by record).
+func wholeFailure(results []Result, n int) error {
+	if len(results) != n {
+		return fmt.Errorf("sink: answer not understood: %d results for %d records", len(results), n)
+	}
+	se := &SinkError{Throttled: true}
+	for _, r := range results {
+		if r.Outcome != Retryable {
+			return nil
+		}
+		se.Throttled = se.Throttled && r.Throttled
+		se.RetryAfter = max(se.RetryAfter, r.RetryAfter)
+	}
+	if n == 0 {
+		return nil
+	}
+	se.Err = errors.New(results[0].Reason)
+	se.ambiguous = true
+	return se
+}
+
+// failed handles a write that failed as a whole: the sink is paused and
+// the unit is kept, whole, for the probe that ends the pause. No record's
+// attempts are used up.
+func (p *Pipeline) failed(u *unit, err error, now time.Time) {
+	p.c.failedWrites.Add(1)
+	if se := (*SinkError)(nil); errors.As(err, &se) && se.ambiguous {
+		for _, it := range u.items {
+			it.ambiguous++
+		}
+	}
+	if se := (*SinkError)(nil); errors.As(err, &se) && se.Throttled {
+		p.c.throttled.Add(int64(len(u.items)))
+		p.throttleFeedback()
+	}
+	u.due, u.keep = p.breaker.failure(now, err), true
+	p.pushRetry(u)
+}
+
+// route acts on one record's result; it reports whether the record was
+// throttled.
+func (p *Pipeline) route(it *item, res Result, now time.Time) (throttled bool) {
+	switch res.Outcome {
+	case Delivered, Duplicate:
+		if res.Charge > 0 {
+			p.charges.observe(it.base, res.Charge)
+		}
+		if res.Charge > it.rec.Cost {
+			p.owed.Add(res.Charge - it.rec.Cost)
+		}
+		if res.Outcome == Duplicate {
+			p.c.duplicates.Add(1)
+		} else {
+			p.c.delivered.Add(1)
+			p.c.unitsDelivered.Add(it.rec.Cost)
+		}
+		p.finish(it, now)
+	case Retryable:
+		if res.Throttled {
+			p.c.throttled.Add(1)
+			it.throttles++
+			wait, _ := p.p.Retry.Backoff(min(it.throttles, maxThrottleStep), res.RetryAfter)
+			p.retryItem(it, now.Add(wait))
+			return true
+		}
+		p.c.retryable.Add(1)
+		it.attempts++
+		wait, ok := p.p.Retry.Backoff(it.attempts, res.RetryAfter)
+		if !ok {
+			p.deadLetter(it, fmt.Sprintf("%s: gave up after %d attempts: %s", describe(it.rec), it.attempts, res.Reason))
+			return false
+		}
+		p.retryItem(it, now.Add(wait))
+	default:
+		p.c.permanent.Add(1)
+		p.deadLetter(it, fmt.Sprintf("%s: %s", describe(it.rec), res.Reason))
+	}
+	return false
+}
+
+// retryItem schedules one record for another attempt at due.
+func (p *Pipeline) retryItem(it *item, due time.Time) {
+	p.c.retried.Add(1)
+	u := newUnit([]*item{it})
+	u.due = due
+	p.pushRetry(u)
+}
+
+// throttleFeedback tells the pacer the sink throttled although the worker
+// kept to its leases.
+func (p *Pipeline) throttleFeedback() {
+	if fb, ok := p.p.Pacer.(ThrottleFeedback); ok {
+		fb.Throttled()
+	}
+}

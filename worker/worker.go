@@ -1,0 +1,310 @@
+// Package worker assembles one sluice worker: a Kafka consumer in the
+// topic's consumer group (queue.Source), leases on a capacity pool in Redis
+// (lease.Manager), the slice pacer over them (pacing.Pacer) and the
+// pipeline that drains the one into the sink at the other's rate
+// (ingest.Pipeline), from one Config whose defaults are filled and checked
+// in one place. The CLI, the benchmarks and the tests all build workers
+// here.
+//
+// A Worker runs as a stack and stops in dependency order: the pipeline
+// stops fetching and drains within its grace period, then the source
+// commits what the sink acknowledged and leaves the group, then the lease
+// manager stops counting its leases and unlocks them.
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/pacing"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/sink"
+)
+
+// FetchWait is how long the broker holds a fetch open on an idle topic, so
+// that a record produced to an idle topic is sent within a slice.
+const FetchWait = 50 * time.Millisecond
+
+// DefaultGroup is the consumer group of the workers of topic that do not
+// name one: "sluice-<topic>".
+func DefaultGroup(topic string) string { return "sluice-" + topic }
+
+// ErrConfig is wrapped by New's errors about the Config.
+var ErrConfig = errors.New("worker: invalid config")
+
+// ConfigError is an invalid Config field; it wraps ErrConfig. Field names
+// the Config field (several, comma-separated, when the rule binds them), so
+// that a caller can name its own setting for it.
+type ConfigError struct {
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("%v: %s: %v", ErrConfig, e.Field, e.Err) }
+
+func (e *ConfigError) Unwrap() []error { return []error{ErrConfig, e.Err} }
+
+// Config is everything a worker is built from. Zero fields take the
+// documented default; the shared parts (Redis, Sink, DeadLetters) are
+// required and are not closed by the worker.
+type Config struct {
+	// Brokers are the Kafka bootstrap brokers, "host:port"; required.
+	Brokers []string
+	// Kafka is the TLS and SASL setup of the connections; zero: plaintext.
+	Kafka queue.Conn
+	// Topic is the record type's topic; required.
+	Topic string
+	// Group is the consumer group. Defaults to DefaultGroup(Topic),
+	// "sluice-<Topic>".
+	Group string
+
+	// Redis are the clients of the Redis masters holding the pool (several
+	// make a Redlock quorum); required.
+	Redis []redis.UniversalClient
+	// Pool is the capacity pool; required (see lease.Pool for its own
+	// defaults). It should have been stored with lease.EnsurePool.
+	Pool lease.Pool
+	// Reserved is how many partitions the worker holds for its lifetime.
+	// Default 0.
+	Reserved int
+	// WorkerID names the worker in the pool. Defaults to
+	// "<hostname>-<pid>-<random hex>".
+	WorkerID string
+
+	// Pricing prices each record in the pool's unit. Defaults to 1 per
+	// record.
+	Pricing ingest.Pricing
+	// IDField names the JSON field holding a record's ID. Default: a
+	// content hash.
+	IDField string
+	// Processor applies the record type's rules. Default: none.
+	Processor ingest.Processor
+	// Slice is the pacing slice. Defaults to ingest.DefaultSlice (200 ms).
+	Slice time.Duration
+	// Guard is the least time a send stays in the pacer's account beyond
+	// one second. Defaults to pacing.DefaultGuard (0: the measured answer
+	// bounds it).
+	Guard time.Duration
+	// RequestTimeout is the deadline of every sink write; the lease margin
+	// covers it, and the sink's own timeouts must fit inside it. Defaults to
+	// ingest.DefaultRequestTimeout (2 s).
+	RequestTimeout time.Duration
+	// Grace is how long in-flight writes may finish at shutdown. Defaults
+	// to ingest.DefaultGrace (10 s).
+	Grace time.Duration
+	// ReadyAfter is how long a failure lasts before the worker reports
+	// itself not ready. Defaults to ingest.DefaultReadyAfter (30 s).
+	ReadyAfter time.Duration
+	// StallTimeout makes Run return an *ingest.StalledError when a failure
+	// lasts this long. Default 0: never.
+	StallTimeout time.Duration
+	// MaxBatch is the most records per sink request. Defaults to
+	// ingest.DefaultMaxBatch (100).
+	MaxBatch int
+	// Concurrency is the most sink requests in flight. Defaults to
+	// ingest.DefaultConcurrency (16).
+	Concurrency int
+	// MaxInFlight is the most records fetched and not finished. Defaults to
+	// ingest.DefaultMaxInFlight (10,000).
+	MaxInFlight int
+	// MaxAttempts is the write attempts per record answered retryable
+	// (throttling and failures of whole requests do not count). Defaults to
+	// sink.DefaultMaxAttempts (8).
+	MaxAttempts int
+	// LeaseAhead takes leases before the first record arrives and Start,
+	// when not nil, holds the first fetch until it is closed (bulk loads).
+	LeaseAhead bool
+	Start      <-chan struct{}
+
+	// Sink receives the records; required.
+	Sink ingest.Sink
+	// DeadLetters receives the records that can never be written;
+	// required.
+	DeadLetters ingest.DeadLetters
+	// Counters receives the running totals (several workers may share
+	// one). Default: the worker's own.
+	Counters *ingest.Counters
+	// Metrics, when set, reports the worker to Prometheus.
+	Metrics *metrics.Collector
+	// Logger receives the worker's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults fills the zero fields of c and checks it; errors name the
+// field.
+func (c Config) withDefaults() (Config, error) {
+	c.Group = cmp.Or(c.Group, DefaultGroup(c.Topic))
+	c.Slice = cmp.Or(c.Slice, ingest.DefaultSlice)
+	c.Guard = cmp.Or(c.Guard, pacing.DefaultGuard)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, ingest.DefaultRequestTimeout)
+	c.Grace = cmp.Or(c.Grace, ingest.DefaultGrace)
+	c.ReadyAfter = cmp.Or(c.ReadyAfter, ingest.DefaultReadyAfter)
+	c.MaxBatch = cmp.Or(c.MaxBatch, ingest.DefaultMaxBatch)
+	c.Concurrency = cmp.Or(c.Concurrency, ingest.DefaultConcurrency)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, ingest.DefaultMaxInFlight)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, sink.DefaultMaxAttempts)
+	c.Counters = cmp.Or(c.Counters, new(ingest.Counters))
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	invalid := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	switch {
+	case len(c.Brokers) == 0:
+		return c, invalid("Brokers", "at least one host:port is required")
+	case c.Topic == "":
+		return c, invalid("Topic", "a topic is required")
+	case c.Slice < 10*time.Millisecond:
+		return c, invalid("Slice", "must be ≥ 10ms, got %s", c.Slice)
+	case c.MaxBatch < 1:
+		return c, invalid("MaxBatch", "must be ≥ 1, got %d", c.MaxBatch)
+	case c.Concurrency < 1:
+		return c, invalid("Concurrency", "must be ≥ 1, got %d", c.Concurrency)
+	case c.MaxInFlight < 1:
+		return c, invalid("MaxInFlight", "must be ≥ 1, got %d", c.MaxInFlight)
+	case c.MaxAttempts < 1:
+		return c, invalid("MaxAttempts", "must be ≥ 1, got %d", c.MaxAttempts)
+	case c.Guard < 0 || c.Guard >= c.Slice:
+		return c, invalid("Guard", "must be within [0, Slice %s), got %s", c.Slice, c.Guard)
+	case c.RequestTimeout < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0:
+		return c, invalid("RequestTimeout, Grace, ReadyAfter, StallTimeout", "must not be negative")
+	case c.Reserved < 0 || c.Reserved > c.Pool.Partitions:
+		return c, invalid("Reserved", "must be within 0..%d (the pool's partitions), got %d", c.Pool.Partitions, c.Reserved)
+	}
+	if err := c.Pool.Validate(); err != nil {
+		if pe := (*lease.PoolError)(nil); errors.As(err, &pe) {
+			return c, &ConfigError{Field: "Pool." + pe.Field, Err: err}
+		}
+		return c, err
+	}
+	return c, nil
+}
+
+// Validate fills c's defaults and checks its settings (the shared parts
+// aside) without building anything; it returns the *ConfigError New would.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+// Worker is one assembled worker. Create it with New, run it with Run.
+type Worker struct {
+	cfg      Config
+	source   *queue.Source
+	lease    *lease.Manager
+	pacer    *pacing.Pacer
+	pipeline *ingest.Pipeline
+}
+
+// New checks cfg, fills its defaults and builds the worker. The consumer
+// starts joining the group at once; call Run so that it is closed. Errors
+// about cfg wrap ErrConfig, lease.ErrInvalidPool or lease.ErrInvalidConfig
+// and name the field.
+func New(cfg Config) (_ *Worker, err error) {
+	cfg, err = cfg.withDefaults()
+	switch {
+	case err != nil:
+		return nil, err
+	case len(cfg.Redis) == 0:
+		return nil, &ConfigError{Field: "Redis", Err: errors.New("at least one client is required")}
+	case cfg.Sink == nil || cfg.DeadLetters == nil:
+		return nil, &ConfigError{Field: "Sink, DeadLetters", Err: errors.New("both are required")}
+	}
+	log := cfg.Logger
+	mgr, err := lease.New(lease.Config{
+		Pool: cfg.Pool, WorkerID: cfg.WorkerID, RequestTimeout: cfg.RequestTimeout, Slice: cfg.Slice,
+		Reserved: cfg.Reserved, Logger: log,
+	}, cfg.Redis...)
+	if err != nil {
+		return nil, err
+	}
+	log = log.With("worker", mgr.WorkerID())
+	pacer, err := pacing.New(pacing.Config{Slice: cfg.Slice, Guard: cfg.Guard}, mgr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	src, err := queue.NewSource(queue.SourceConfig{
+		Brokers: cfg.Brokers, Conn: cfg.Kafka, Topic: cfg.Topic, Group: cfg.Group, MaxWait: FetchWait, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = src.Close() // its reader's goroutines would outlive the caller
+		}
+	}()
+	var observe func(int, time.Duration)
+	if cfg.Metrics != nil {
+		observe = cfg.Metrics.ObserveWrite(cfg.Pool.Name)
+	}
+	pl, err := ingest.NewPipeline(ingest.PipelineConfig{
+		Pricing:        cfg.Pricing,
+		IDField:        cfg.IDField,
+		MaxBatch:       cfg.MaxBatch,
+		Concurrency:    cfg.Concurrency,
+		MaxInFlight:    cfg.MaxInFlight,
+		MaxRecordCost:  int64(cfg.Pool.Capacity),
+		Slice:          cfg.Slice,
+		RequestTimeout: cfg.RequestTimeout,
+		Grace:          cfg.Grace,
+		ReadyAfter:     cfg.ReadyAfter,
+		StallTimeout:   cfg.StallTimeout,
+		LeaseAhead:     cfg.LeaseAhead,
+		Start:          cfg.Start,
+		Logger:         log,
+		Counters:       cfg.Counters,
+		ObserveWrite:   observe,
+		Processor:      cfg.Processor,
+	}, ingest.Ports{
+		Source:      src,
+		DeadLetters: cfg.DeadLetters,
+		Sink:        cfg.Sink,
+		Retry:       sink.Policy{MaxAttempts: cfg.MaxAttempts},
+		Pacer:       pacer,
+		Capacity:    mgr,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	w := &Worker{cfg: cfg, source: src, lease: mgr, pacer: pacer, pipeline: pl}
+	if cfg.Metrics != nil {
+		cfg.Metrics.Add(metrics.Worker{Pool: cfg.Pool.Name, Lease: mgr, Pacer: pacer, Lag: src.Lag, Sink: pl}, cfg.Counters)
+	}
+	return w, nil
+}
+
+// Run runs the worker until ctx is done or the pipeline gives up (see
+// Config.StallTimeout), then stops it in dependency order. It returns the
+// pipeline's *ingest.StalledError, or the errors of stopping, joined.
+func (w *Worker) Run(ctx context.Context) error {
+	return ingest.RunStack(ctx, w.pipeline, w.source, w.lease)
+}
+
+// Close releases a worker that will not Run (its consumer's connections);
+// Run releases them itself.
+func (w *Worker) Close() error { return w.source.Close() }
+
+// Ready returns nil while the worker can make progress (see
+// ingest.Pipeline.Ready).
+func (w *Worker) Ready() error { return w.pipeline.Ready() }
+
+// Lease returns the worker's lease manager.
+func (w *Worker) Lease() *lease.Manager { return w.lease }
+
+// Pacer returns the worker's pacer.
+func (w *Worker) Pacer() *pacing.Pacer { return w.pacer }
+
+// Pipeline returns the worker's pipeline.
+func (w *Worker) Pipeline() *ingest.Pipeline { return w.pipeline }
+
+// Counters returns the running totals the worker adds to.
+func (w *Worker) Counters() *ingest.Counters { return w.cfg.Counters }
