@@ -12,6 +12,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.15.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/kedacore/keda/v2 v2.21.0
+	github.com/moby/patternmatcher v0.6.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/prometheus v0.315.1

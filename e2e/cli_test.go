@@ -56,11 +56,13 @@ func (c *sluiceCLI) splitCommand(t *testing.T, args []string) (cmdPath, rest []s
 	return cmdPath, args
 }
 
-// buildSluice builds the CLI the image would contain.
+// buildSluice builds the CLI the image would contain, with -trimpath as
+// the Dockerfile builds it (which also lets the build checks share one
+// compile through the build cache).
 func buildSluice(t *testing.T, root string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sluice")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/sluice")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()
