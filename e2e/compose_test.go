@@ -12,10 +12,8 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,28 +73,9 @@ func TestDockerCompose(t *testing.T) {
 	slices.Sort(sluiceServices)
 	require.Equal(t, []string{"loader", "sink", "worker"}, sluiceServices)
 
-	bin := buildSluice(t, root)
-	helps := map[string]string{} // command path → its --help
-	help := func(cmdPath []string) string {
-		key := strings.Join(cmdPath, " ")
-		if h, ok := helps[key]; ok {
-			return h
-		}
-		out, err := exec.Command(bin, append(slices.Clone(cmdPath), "--help")...).CombinedOutput()
-		require.NoError(t, err, "sluice %s --help: %s", key, out)
-		helps[key] = string(out)
-		return string(out)
-	}
-	// splitCommand splits a service's command into the sluice subcommand it
-	// names (walking the COMMANDS sections of the help) and its arguments.
-	splitCommand := func(args []string) (cmdPath, rest []string) {
-		for len(args) > 0 && slices.Contains(subcommands(help(cmdPath)), args[0]) {
-			cmdPath, args = append(cmdPath, args[0]), args[1:]
-		}
-		require.NotEmpty(t, cmdPath, "command %q names no sluice subcommand (have %v)", args, subcommands(help(nil)))
-		require.Empty(t, subcommands(help(cmdPath)), "command %q stops at a command group", cmdPath)
-		return cmdPath, args
-	}
+	sluice := newSluiceCLI(t, root)
+	help := func(cmdPath []string) string { return sluice.help(t, cmdPath) }
+	splitCommand := func(args []string) (cmdPath, rest []string) { return sluice.splitCommand(t, args) }
 
 	commands := map[string][]string{} // service → sluice subcommand
 	args := map[string][]string{}     // service → the rest of its command
@@ -303,74 +282,6 @@ func loadCompose(t *testing.T, dir, file string, profiles ...string) *types.Proj
 	p, err := opts.LoadProject(context.Background())
 	require.NoError(t, err, "docker-compose.yml does not load")
 	return p
-}
-
-// buildSluice builds the CLI the image would contain.
-func buildSluice(t *testing.T, root string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sluice")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/sluice: %s", out)
-	return bin
-}
-
-// subcommands lists the COMMANDS section of a urfave/cli help text (names
-// and aliases, without help).
-func subcommands(help string) []string {
-	var names []string
-	_, section, ok := strings.Cut(help, "\nCOMMANDS:\n")
-	if !ok {
-		return nil
-	}
-	for _, line := range strings.Split(section, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			break
-		}
-		col, _, _ := strings.Cut(line, "  ") // "name, alias  usage"
-		for _, n := range strings.Split(col, ",") {
-			if n = strings.TrimSpace(n); n != "help" && n != "h" {
-				names = append(names, n)
-			}
-		}
-	}
-	return names
-}
-
-var (
-	envVarRE  = regexp.MustCompile(`\$(SLUICE_[A-Z0-9_]+)`)
-	flagRE    = regexp.MustCompile(`(?m)^\s+--([a-z0-9-]+)`)
-	defaultRE = `(?m)^\s+--%s\b.*\(default: ([^)]*)\)`
-)
-
-// envVars lists the variables a urfave/cli help text shows ([$SLUICE_X]).
-func envVars(help string) []string {
-	var vars []string
-	for _, m := range envVarRE.FindAllStringSubmatch(help, -1) {
-		vars = append(vars, m[1])
-	}
-	return vars
-}
-
-func flagNames(help string) []string {
-	var names []string
-	for _, m := range flagRE.FindAllStringSubmatch(help, -1) {
-		names = append(names, m[1])
-	}
-	return names
-}
-
-// flagDefault reads a duration flag's default from a help text.
-func flagDefault(t *testing.T, help, flag string) time.Duration {
-	t.Helper()
-	m := regexp.MustCompile(strings.Replace(defaultRE, "%s", regexp.QuoteMeta(flag), 1)).FindStringSubmatch(help)
-	require.NotNil(t, m, "no default for --%s in:\n%s", flag, help)
-	d, err := time.ParseDuration(m[1])
-	require.NoError(t, err)
-	return d
 }
 
 // optionValue returns the argument after opt (or after opt=).

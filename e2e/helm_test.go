@@ -1,0 +1,756 @@
+package e2e
+
+// Checks the Helm chart under deploy/helm/sluice without a cluster: it is
+// rendered by Helm's own library (client-only dry run, as `helm template`
+// does) and linted by Helm's linter, every rendered object is decoded
+// strictly (an unknown or duplicate field is an error) into its upstream
+// Go type (k8s.io/api, KEDA's ScaledObject), and every sluice command,
+// flag and SLUICE_* variable the pods get is checked against the `--help`
+// of a freshly built sluice binary. Like compose_test.go it has no build
+// tag: it runs with `go test ./...`.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/recordtype"
+)
+
+const (
+	helmRelease   = "quakes"
+	helmNamespace = "ingest"
+)
+
+// The credentials the chart passes only when explicitly enabled: the CLI
+// does not read them yet (they come with the release adding Kafka/Redis
+// security).
+var futureSecretVars = []string{"SLUICE_KAFKA_SASL_PASSWORD", "SLUICE_REDIS_PASSWORD"}
+
+// helmRequired are the values the chart cannot render without; the minimal
+// install sets exactly these.
+const helmRequired = `
+kafka: {brokers: "kafka:9092"}
+redis: {addr: "redis:6379"}
+sink: {url: "http://sink:8088"}
+pool: {capacity: 2000}
+topic: {name: earthquakes}
+`
+
+// helmEverything turns every optional part on: the API, KEDA, the record
+// types, credentials in a Secret the chart creates, and the PDB.
+const helmEverything = `
+image: {repository: registry.example/sluice, tag: "1.2.3"}
+kafka: {brokers: "kafka-0.kafka:9092,kafka-1.kafka:9092"}
+redis: {addr: "redis-a:6379,redis-b:6379,redis-c:6379"}
+sink: {url: "https://ingest.example.com/v1"}
+pool:
+  name: quakes-interactive
+  capacity: 2000000
+  unit: bytes
+  partitions: 24
+  leaseTTL: 20s
+  reservedPartitions: 1
+topic: {name: earthquakes, partitions: 12}
+worker:
+  type: earthquake
+  idField: id
+  graceSeconds: 30
+  metricsPort: 9464
+  env: {SLUICE_BATCH_SIZE: "500", SLUICE_SINK_KEY_STRATEGY: "hash-prefix:4"}
+  extraArgs: ["--concurrency=8"]
+pdb: {enabled: true, maxUnavailable: 1}
+api: {enabled: true, port: 8081, maxBody: 1048576, env: {SLUICE_LOG_LEVEL: debug}}
+keda: {enabled: true, minReplicaCount: 2, maxReplicaCount: 50, lagThreshold: 5000}
+secrets:
+  create:
+    sinkAuthorization: "Bearer not-a-real-token"
+    azureAccountKey: "bm90LWEta2V5"
+    pgPassword: "not-a-password"
+    apiToken: "not-an-api-token"
+`
+
+// helmExistingSecret uses a Secret the chart does not create, and the
+// credentials of a future sluice.
+const helmExistingSecret = `
+secrets: {existingSecret: sluice-credentials}
+kafka: {sasl: {enabled: true}}
+redis: {auth: {enabled: true}}
+`
+
+func TestHelmChart(t *testing.T) {
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	chartDir := filepath.Join(root, "deploy", "helm", "sluice")
+	chrt, err := loader.Load(chartDir)
+	require.NoError(t, err)
+	require.Equal(t, chart.APIVersionV2, chrt.Metadata.APIVersion)
+	sluice := newSluiceCLI(t, root)
+
+	// The record types of the repository's example, as a user would pass
+	// them with --set-file.
+	typesYAML, err := os.ReadFile(filepath.Join(root, "examples", "types.yaml"))
+	require.NoError(t, err)
+	schema, err := os.ReadFile(filepath.Join(root, "examples", "earthquake.schema.json"))
+	require.NoError(t, err)
+	withTypes := func(vals chartutil.Values) chartutil.Values {
+		vals["types"] = map[string]any{
+			"content": string(typesYAML),
+			"files":   map[string]any{"earthquake.schema.json": string(schema)},
+		}
+		return vals
+	}
+
+	t.Run("required values", func(t *testing.T) {
+		_, err := renderChart(t, chrt, values(t))
+		require.ErrorContains(t, err, "kafka.brokers is required", "the chart's defaults alone must not render")
+		for _, key := range []string{"kafka.brokers", "redis.addr", "sink.url", "pool.capacity", "topic.name"} {
+			vals := values(t, helmRequired)
+			parent, leaf, _ := strings.Cut(key, ".")
+			delete(vals[parent].(map[string]any), leaf)
+			_, err := renderChart(t, chrt, vals)
+			require.ErrorContains(t, err, key+" is required", "rendering without %s", key)
+		}
+	})
+
+	t.Run("refuses what cannot work", func(t *testing.T) {
+		for _, c := range []struct{ values, err string }{
+			{"worker: {replicaCount: 7}\ntopic: {partitions: 6}", "7 worker replicas, but topic.partitions is 6"},
+			{"worker: {replicaCount: 4}\npool: {partitions: 3}", "4 worker replicas, but topic.partitions is 6 and pool.partitions 3"},
+			{"keda: {enabled: true, minReplicaCount: 8}", "8 worker replicas"},
+			{"pool: {reservedPartitions: 11}", "pool.reservedPartitions 11 × 2 workers exceeds pool.partitions 20"},
+			{"worker: {type: earthquake}", "need types.content"},
+			{"api: {enabled: true}", "need types.content"},
+		} {
+			_, err := renderChart(t, chrt, values(t, helmRequired, c.values))
+			require.ErrorContains(t, err, c.err, "values %s", c.values)
+		}
+		// The worker's topic must be its record type's (the API produces there).
+		_, err := renderChart(t, chrt, withTypes(values(t, helmRequired, "worker: {type: earthquake}\ntopic: {name: quakes}")))
+		require.ErrorContains(t, err, `worker.type "earthquake" produces to topic "earthquakes" (types.content), but topic.name is "quakes"`)
+		_, err = renderChart(t, chrt, withTypes(values(t, helmRequired, "worker: {type: tsunami}")))
+		require.ErrorContains(t, err, `worker.type "tsunami" is not a type of types.content`)
+	})
+
+	t.Run("minimal install", func(t *testing.T) {
+		vals := values(t, helmRequired)
+		requireLintClean(t, chartDir, vals)
+		r := mustRender(t, chrt, vals)
+		require.ElementsMatch(t, []string{"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker"}, r.names(),
+			"by default: the workers and their PDB, nothing else")
+
+		w := checkWorker(t, sluice, r, vals, nil)
+		require.Equal(t, int32(2), *w.deploy.Spec.Replicas)
+		require.Equal(t, "sluice:0.1.0", w.container.Image, "the image tag defaults to the chart's appVersion")
+		require.Equal(t, "sluice-earthquakes", w.env["SLUICE_GROUP"], "sluice's own default group")
+		require.Equal(t, "2000", w.env["SLUICE_CAPACITY"])
+		require.Equal(t, "10s", w.env["SLUICE_GRACE"], "sluice's default grace")
+		require.NotContains(t, w.env, "SLUICE_TYPES", "no types file, no --types")
+		for _, e := range w.container.Env {
+			require.Nil(t, e.ValueFrom, "%s: no credentials were given", e.Name)
+		}
+		checkPDB(t, r, w)
+		require.Contains(t, r.notes, "kubectl -n ingest get pods")
+	})
+
+	t.Run("everything on", func(t *testing.T) {
+		vals := withTypes(values(t, helmEverything))
+		requireLintClean(t, chartDir, vals)
+		r := mustRender(t, chrt, vals)
+		require.ElementsMatch(t, []string{
+			"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker", "ScaledObject/quakes-sluice-worker",
+			"Deployment/quakes-sluice-api", "Service/quakes-sluice-api",
+			"ConfigMap/quakes-sluice-types", "Secret/quakes-sluice-credentials",
+		}, r.names())
+
+		secret := decodeOne[corev1.Secret](t, r, "Secret")
+		require.Equal(t, map[string][]byte{
+			"sink-authorization": []byte("Bearer not-a-real-token"),
+			"azure-account-key":  []byte("bm90LWEta2V5"),
+			"pgpassword":         []byte("not-a-password"),
+			"api-token":          []byte("not-an-api-token"),
+		}, secret.Data, "each credential given, under its key, and nothing else")
+
+		w := checkWorker(t, sluice, r, vals, secret)
+		require.Nil(t, w.deploy.Spec.Replicas, "KEDA owns the replica count")
+		require.Equal(t, "registry.example/sluice:1.2.3", w.container.Image)
+		require.Equal(t, "2000000", w.env["SLUICE_CAPACITY"], "no exponent: the CLI gets the number as written")
+		require.Equal(t, "30s", w.env["SLUICE_GRACE"])
+		require.Equal(t, int64(50), *w.pod.TerminationGracePeriodSeconds, "grace + 20 s")
+		require.Equal(t, "earthquake", w.env["SLUICE_TYPE"])
+		require.Equal(t, "500", w.env["SLUICE_BATCH_SIZE"], "worker.env is passed through")
+		require.Equal(t, []string{"worker", "--concurrency=8"}, w.container.Args)
+		require.Equal(t, map[string]string{
+			"SLUICE_SINK_AUTHORIZATION": "sink-authorization",
+			"SLUICE_AZURE_ACCOUNT_KEY":  "azure-account-key",
+			"PGPASSWORD":                "pgpassword",
+		}, secretRefs(t, w.container, secret.Name, false), "the worker's credentials")
+		for _, v := range futureSecretVars {
+			require.NotContains(t, w.env, v, "not enabled")
+		}
+		// The record type the worker drains is the file's, on the same topic.
+		types := loadMountedTypes(t, r, w.pod, w.container, w.env["SLUICE_TYPES"])
+		require.Contains(t, types, w.env["SLUICE_TYPE"])
+		require.Equal(t, w.env["SLUICE_TOPIC"], types[w.env["SLUICE_TYPE"]].Topic)
+		checkPDB(t, r, w)
+		checkScaledObject(t, r, w)
+		checkAPI(t, sluice, r, vals, secret, w)
+		require.Contains(t, r.notes, "port-forward svc/quakes-sluice-api")
+	})
+
+	t.Run("existing secret and future credentials", func(t *testing.T) {
+		vals := withTypes(values(t, helmRequired, helmExistingSecret, "api: {enabled: true}"))
+		requireLintClean(t, chartDir, vals)
+		r := mustRender(t, chrt, vals)
+		require.NotContains(t, r.names(), "Secret/sluice-credentials", "an existing Secret is not created")
+		for _, n := range r.names() {
+			require.False(t, strings.HasPrefix(n, "Secret/"), "no Secret is created: %s", n)
+		}
+		w := checkWorker(t, sluice, r, vals, nil, futureSecretVars...)
+		require.Equal(t, map[string]string{
+			"SLUICE_SINK_AUTHORIZATION":  "sink-authorization",
+			"SLUICE_AZURE_ACCOUNT_KEY":   "azure-account-key",
+			"PGPASSWORD":                 "pgpassword",
+			"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
+			"SLUICE_REDIS_PASSWORD":      "redis-password",
+		}, secretRefs(t, w.container, "sluice-credentials", true), "every key of the existing Secret, each optional")
+		a := checkAPI(t, sluice, r, vals, nil, w, futureSecretVars...)
+		require.Equal(t, map[string]string{
+			"SLUICE_API_TOKEN":           "api-token",
+			"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
+		}, secretRefs(t, a.container, "sluice-credentials", true))
+	})
+}
+
+// values merges YAML documents over each other (later ones win), as
+// repeated `helm install -f` does, into values for the chart.
+func values(t *testing.T, docs ...string) chartutil.Values {
+	t.Helper()
+	out := chartutil.Values{}
+	for _, d := range docs {
+		v, err := chartutil.ReadValues([]byte(d))
+		require.NoError(t, err, "values:\n%s", d)
+		out = chartutil.MergeTables(v, out)
+	}
+	return out
+}
+
+// rendered is one install's manifests, by kind and name.
+type rendered struct {
+	docs  map[string]string // "Kind/name" → YAML
+	notes string
+}
+
+func (r rendered) names() []string { return slices.Collect(maps.Keys(r.docs)) }
+
+// renderChart renders the chart as `helm template` does: an install in
+// client-only dry-run mode, no cluster.
+func renderChart(t *testing.T, chrt *chart.Chart, vals chartutil.Values) (rendered, error) {
+	t.Helper()
+	install := action.NewInstall(&action.Configuration{Log: t.Logf})
+	install.DryRun = true
+	install.DryRunOption = "client"
+	install.ClientOnly = true
+	install.Replace = true
+	install.ReleaseName = helmRelease
+	install.Namespace = helmNamespace
+	rel, err := install.Run(chrt, vals)
+	if err != nil {
+		return rendered{}, err
+	}
+	r := rendered{docs: map[string]string{}, notes: rel.Info.Notes}
+	require.Empty(t, rel.Hooks, "the chart has no hooks")
+	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
+		var meta struct {
+			metav1.TypeMeta   `json:",inline"`
+			metav1.ObjectMeta `json:"metadata"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta), "manifest:\n%s", doc)
+		key := meta.Kind + "/" + meta.Name
+		require.NotContains(t, r.docs, key, "two objects %s", key)
+		r.docs[key] = doc
+	}
+	return r, nil
+}
+
+func mustRender(t *testing.T, chrt *chart.Chart, vals chartutil.Values) rendered {
+	t.Helper()
+	r, err := renderChart(t, chrt, vals)
+	require.NoError(t, err)
+	for key, doc := range r.docs {
+		decodeStrict(t, key, doc)
+	}
+	return r
+}
+
+// apiTypes maps each kind the chart may render to its apiVersion and the
+// upstream Go type it decodes into.
+var apiTypes = map[string]struct {
+	apiVersion string
+	new        func() any
+}{
+	"Deployment":          {"apps/v1", func() any { return new(appsv1.Deployment) }},
+	"Service":             {"v1", func() any { return new(corev1.Service) }},
+	"ConfigMap":           {"v1", func() any { return new(corev1.ConfigMap) }},
+	"Secret":              {"v1", func() any { return new(corev1.Secret) }},
+	"PodDisruptionBudget": {"policy/v1", func() any { return new(policyv1.PodDisruptionBudget) }},
+	"ScaledObject":        {"keda.sh/v1alpha1", func() any { return new(kedav1alpha1.ScaledObject) }},
+}
+
+// decodeStrict decodes a manifest into its upstream type as the API server
+// does with strict field validation: case-sensitive field names, and an
+// unknown or duplicate field is an error. It returns the object.
+func decodeStrict(t *testing.T, key, doc string) any {
+	t.Helper()
+	js, err := yaml.YAMLToJSONStrict([]byte(doc))
+	require.NoError(t, err, "%s: not YAML, or a duplicate key:\n%s", key, doc)
+	var tm metav1.TypeMeta
+	require.NoError(t, json.Unmarshal(js, &tm))
+	typ, ok := apiTypes[tm.Kind]
+	require.True(t, ok, "%s: the chart renders a kind the test does not know: %s", key, tm.Kind)
+	require.Equal(t, typ.apiVersion, tm.APIVersion, "%s", key)
+	obj := typ.new()
+	strictErrs, err := kjson.UnmarshalStrict(js, obj)
+	require.NoError(t, err, "%s:\n%s", key, doc)
+	require.Empty(t, strictErrs, "%s: fields its type does not have:\n%s", key, doc)
+	return obj
+}
+
+func decodeOne[T any](t *testing.T, r rendered, kind string) *T {
+	t.Helper()
+	var found []string
+	for key := range r.docs {
+		if strings.HasPrefix(key, kind+"/") {
+			found = append(found, key)
+		}
+	}
+	require.Len(t, found, 1, "one %s", kind)
+	obj, ok := decodeStrict(t, found[0], r.docs[found[0]]).(*T)
+	require.True(t, ok, "%s decodes into %T", found[0], obj)
+	return obj
+}
+
+func decodeNamed[T any](t *testing.T, r rendered, key string) *T {
+	t.Helper()
+	doc, ok := r.docs[key]
+	require.True(t, ok, "%s is rendered (have %v)", key, r.names())
+	obj, ok := decodeStrict(t, key, doc).(*T)
+	require.True(t, ok)
+	return obj
+}
+
+// requireLintClean runs Helm's linter on the chart with vals: nothing
+// above an informational note.
+func requireLintClean(t *testing.T, chartDir string, vals chartutil.Values) {
+	t.Helper()
+	l := lint.All(chartDir, vals, helmNamespace, false)
+	for _, m := range l.Messages {
+		require.Less(t, m.Severity, support.WarningSev, "helm lint: %s", m)
+	}
+}
+
+// pod is one Deployment's pod, as the test sees it.
+type pod struct {
+	deploy    *appsv1.Deployment
+	pod       corev1.PodSpec
+	labels    map[string]string
+	container corev1.Container
+	env       map[string]string // plain values; credentials are in container.Env
+}
+
+func podOf(t *testing.T, r rendered, name string) pod {
+	t.Helper()
+	d := decodeNamed[appsv1.Deployment](t, r, "Deployment/"+name)
+	require.Len(t, d.Spec.Template.Spec.Containers, 1, "%s: one container", name)
+	p := pod{deploy: d, pod: d.Spec.Template.Spec, labels: d.Spec.Template.Labels, container: d.Spec.Template.Spec.Containers[0], env: map[string]string{}}
+	for _, e := range p.container.Env {
+		require.NotContains(t, p.env, e.Name, "%s: %s set twice", name, e.Name)
+		p.env[e.Name] = e.Value
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	require.NoError(t, err)
+	require.False(t, sel.Empty())
+	require.True(t, sel.Matches(labels.Set(p.labels)), "%s: the selector matches its own pods", name)
+	checkLabels(t, name, d.Labels)
+	checkLabels(t, name+" pods", p.labels)
+	return p
+}
+
+func checkLabels(t *testing.T, what string, l map[string]string) {
+	t.Helper()
+	for _, k := range []string{"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+		"app.kubernetes.io/managed-by", "app.kubernetes.io/part-of", "helm.sh/chart"} {
+		require.NotEmpty(t, l[k], "%s: label %s", what, k)
+	}
+	require.Equal(t, helmRelease, l["app.kubernetes.io/instance"], "%s", what)
+	require.Equal(t, "Helm", l["app.kubernetes.io/managed-by"], "%s", what)
+}
+
+// checkCLI holds a pod's command line and environment to the CLI: its
+// args name a sluice command and flags it has, and every SLUICE_* variable
+// is one its help names (future are the variables allowed beyond that).
+func checkCLI(t *testing.T, sluice *sluiceCLI, p pod, command string, future ...string) {
+	t.Helper()
+	require.Empty(t, p.container.Command, "keep the image's sluice entrypoint")
+	cmdPath, rest := sluice.splitCommand(t, p.container.Args)
+	require.Equal(t, []string{command}, cmdPath)
+	h := sluice.help(t, cmdPath)
+	for _, a := range rest {
+		flag, ok := strings.CutPrefix(a, "--")
+		require.True(t, ok, "sluice %s takes no argument %q", command, a)
+		flag, _, _ = strings.Cut(flag, "=")
+		require.Contains(t, flagNames(h), flag, "`sluice %s` has no flag --%s", command, flag)
+	}
+	for _, e := range p.container.Env {
+		if !strings.HasPrefix(e.Name, "SLUICE_") || slices.Contains(future, e.Name) {
+			continue
+		}
+		require.Contains(t, namedVars(h), e.Name, "`sluice %s` reads no %s", command, e.Name)
+		if e.ValueFrom == nil {
+			require.Contains(t, envVars(h), e.Name, "%s is set in plain text but is no flag's variable", e.Name)
+		}
+	}
+}
+
+// checkSecurity holds a pod to the restricted Pod Security Standard.
+func checkSecurity(t *testing.T, p pod) {
+	t.Helper()
+	psc, sc := p.pod.SecurityContext, p.container.SecurityContext
+	require.NotNil(t, psc)
+	require.NotNil(t, sc)
+	require.True(t, *psc.RunAsNonRoot)
+	require.NotZero(t, *psc.RunAsUser, "not root")
+	require.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, psc.SeccompProfile.Type)
+	require.True(t, *sc.RunAsNonRoot)
+	require.True(t, *sc.ReadOnlyRootFilesystem)
+	require.False(t, *sc.AllowPrivilegeEscalation)
+	require.False(t, sc.Privileged != nil && *sc.Privileged)
+	require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
+	require.Empty(t, sc.Capabilities.Add)
+	require.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, sc.SeccompProfile.Type)
+	require.False(t, *p.pod.AutomountServiceAccountToken, "sluice does not use the Kubernetes API")
+	require.False(t, p.pod.HostNetwork || p.pod.HostPID || p.pod.HostIPC)
+	// With a read-only root, /tmp is the one writable place.
+	tmp := mountAt(t, p, "/tmp")
+	require.False(t, tmp.ReadOnly)
+	require.NotNil(t, volume(t, p, tmp.Name).EmptyDir, "/tmp is an emptyDir")
+	require.False(t, p.container.Resources.Requests.Cpu().IsZero(), "a CPU request")
+	require.False(t, p.container.Resources.Requests.Memory().IsZero(), "a memory request")
+	require.False(t, p.container.Resources.Limits.Memory().IsZero(), "a memory limit")
+	require.NotContains(t, p.container.Image, ":latest")
+}
+
+func mountAt(t *testing.T, p pod, path string) corev1.VolumeMount {
+	t.Helper()
+	for _, m := range p.container.VolumeMounts {
+		if m.MountPath == path {
+			return m
+		}
+	}
+	require.Failf(t, "no mount", "nothing mounted at %s: %v", path, p.container.VolumeMounts)
+	return corev1.VolumeMount{}
+}
+
+func volume(t *testing.T, p pod, name string) corev1.Volume {
+	t.Helper()
+	for _, v := range p.pod.Volumes {
+		if v.Name == name {
+			return v
+		}
+	}
+	require.Failf(t, "no volume", "no volume %s", name)
+	return corev1.Volume{}
+}
+
+// containerPort resolves a probe's or Service's port (a number or a port
+// name) to the container's port.
+func containerPort(t *testing.T, c corev1.Container, port intstr.IntOrString) int32 {
+	t.Helper()
+	if port.Type == intstr.Int {
+		return port.IntVal
+	}
+	for _, p := range c.Ports {
+		if p.Name == port.StrVal {
+			return p.ContainerPort
+		}
+	}
+	require.Failf(t, "no port", "container %s has no port %q", c.Name, port.StrVal)
+	return 0
+}
+
+// listenPort is the port of a host:port setting such as ":9090".
+func listenPort(t *testing.T, addr string) int32 {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err, "%q", addr)
+	n, err := strconv.ParseInt(port, 10, 32)
+	require.NoError(t, err)
+	return int32(n)
+}
+
+// checkProbes: liveness on /healthz and readiness on /readyz, on port, and
+// the handler behind port answers both.
+func checkProbes(t *testing.T, c corev1.Container, port int32, handler http.Handler) {
+	t.Helper()
+	for probe, path := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
+		require.NotNil(t, probe, "%s: probe on %s", c.Name, path)
+		require.NotNil(t, probe.HTTPGet)
+		require.Equal(t, path, probe.HTTPGet.Path)
+		require.Equal(t, port, containerPort(t, c, probe.HTTPGet.Port), "%s: %s on the port sluice serves it on", c.Name, path)
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Equal(t, http.StatusOK, rec.Code, "%s: GET %s", c.Name, path)
+	}
+}
+
+// secretRefs maps each variable a container takes from the Secret name to
+// its key, checking each reference's optional flag.
+func secretRefs(t *testing.T, c corev1.Container, name string, optional bool) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			continue
+		}
+		ref := e.ValueFrom.SecretKeyRef
+		require.NotNil(t, ref, "%s: credentials come from a Secret", e.Name)
+		require.Equal(t, name, ref.Name, "%s", e.Name)
+		require.Equal(t, optional, ref.Optional != nil && *ref.Optional, "%s: optional", e.Name)
+		out[e.Name] = ref.Key
+	}
+	return out
+}
+
+// checkWorker checks the worker Deployment against the values and the CLI.
+// A created secret must hold every key the worker takes from it.
+func checkWorker(t *testing.T, sluice *sluiceCLI, r rendered, vals chartutil.Values, secret *corev1.Secret, future ...string) pod {
+	t.Helper()
+	w := podOf(t, r, "quakes-sluice-worker")
+	require.Equal(t, "worker", w.labels["app.kubernetes.io/component"])
+	checkCLI(t, sluice, w, "worker", future...)
+	checkSecurity(t, w)
+	for _, k := range []string{"SLUICE_BROKERS", "SLUICE_REDIS_ADDR", "SLUICE_SINK", "SLUICE_POOL", "SLUICE_CAPACITY",
+		"SLUICE_PARTITIONS", "SLUICE_TOPIC", "SLUICE_TOPIC_PARTITIONS", "SLUICE_GROUP", "SLUICE_GRACE", "SLUICE_METRICS_ADDR"} {
+		require.NotEmpty(t, w.env[k], "worker: %s", k)
+	}
+	v := func(path string) any {
+		val, err := vals.PathValue(path)
+		require.NoError(t, err, path)
+		return val
+	}
+	require.Equal(t, v("kafka.brokers"), w.env["SLUICE_BROKERS"])
+	require.Equal(t, v("redis.addr"), w.env["SLUICE_REDIS_ADDR"])
+	require.Equal(t, v("sink.url"), w.env["SLUICE_SINK"])
+	require.Equal(t, v("topic.name"), w.env["SLUICE_TOPIC"])
+	for _, k := range []string{"SLUICE_CAPACITY", "SLUICE_PARTITIONS", "SLUICE_TOPIC_PARTITIONS"} {
+		n, err := strconv.ParseFloat(w.env[k], 64)
+		require.NoError(t, err, "%s=%q", k, w.env[k])
+		require.Positive(t, n, k)
+	}
+
+	// Metrics, liveness and readiness on the port --metrics-addr serves.
+	port := listenPort(t, w.env["SLUICE_METRICS_ADDR"])
+	require.Equal(t, port, containerPort(t, w.container, intstr.FromString("metrics")))
+	h := sluice.help(t, []string{"worker"})
+	require.Regexp(t, `--metrics-addr .*/healthz and /readyz`, h, "the worker serves its probes beside /metrics")
+	checkProbes(t, w.container, port, metricsHandler(t))
+
+	// The pod outlives the worker's grace, then commit and lease release.
+	grace, err := time.ParseDuration(w.env["SLUICE_GRACE"])
+	require.NoError(t, err)
+	tgp := time.Duration(*w.pod.TerminationGracePeriodSeconds) * time.Second
+	require.GreaterOrEqual(t, tgp, grace+10*time.Second, "terminationGracePeriodSeconds %s must exceed --grace %s with room for the final commit and lease release", tgp, grace)
+
+	if secret != nil {
+		for _, e := range w.container.Env {
+			if e.ValueFrom != nil {
+				require.Contains(t, secret.Data, e.ValueFrom.SecretKeyRef.Key, "%s: the created Secret has its key", e.Name)
+			}
+		}
+	}
+	if w.env["SLUICE_TYPES"] != "" {
+		loadMountedTypes(t, r, w.pod, w.container, w.env["SLUICE_TYPES"])
+	}
+	return w
+}
+
+// metricsHandler is the worker's real metrics server (metrics.Serve), on a
+// loopback port, as an http.Handler for the probe checks.
+func metricsHandler(t *testing.T) http.Handler {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- metrics.Serve(ctx, ln, metrics.Handler(prometheus.NewRegistry(), nil), 5*time.Second) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	base := "http://" + ln.Addr().String()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resp, err := http.Get(base + r.URL.Path)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+	})
+}
+
+// loadMountedTypes finds the ConfigMap mounted where a --types path points
+// in the pod, writes its files out and loads them with sluice's own loader.
+func loadMountedTypes(t *testing.T, r rendered, spec corev1.PodSpec, c corev1.Container, typesPath string) map[string]*recordtype.Type {
+	t.Helper()
+	require.True(t, filepath.IsAbs(typesPath), "--types %s", typesPath)
+	p := pod{pod: spec, container: c}
+	m := mountAt(t, p, filepath.Dir(typesPath))
+	require.True(t, m.ReadOnly)
+	require.Empty(t, m.SubPath, "a whole ConfigMap volume, so that edits reach the pod")
+	vol := volume(t, p, m.Name)
+	require.NotNil(t, vol.ConfigMap, "%s is a ConfigMap volume", m.Name)
+	require.Empty(t, vol.ConfigMap.Items, "every key is a file under its own name")
+	cm := decodeNamed[corev1.ConfigMap](t, r, "ConfigMap/"+vol.ConfigMap.Name)
+	checkLabels(t, "ConfigMap", cm.Labels)
+	require.Contains(t, cm.Data, filepath.Base(typesPath), "the ConfigMap holds the file --types names")
+	dir := t.TempDir()
+	for name, content := range cm.Data {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600))
+	}
+	types, err := recordtype.Load(filepath.Join(dir, filepath.Base(typesPath)))
+	require.NoError(t, err, "the mounted types file loads, with the schemas it names")
+	require.NotEmpty(t, types)
+	return types
+}
+
+// checkPDB: the budget selects exactly the worker pods.
+func checkPDB(t *testing.T, r rendered, w pod) {
+	t.Helper()
+	pdb := decodeOne[policyv1.PodDisruptionBudget](t, r, "PodDisruptionBudget")
+	checkLabels(t, "PDB", pdb.Labels)
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	require.NoError(t, err)
+	require.False(t, sel.Empty())
+	require.True(t, sel.Matches(labels.Set(w.labels)), "the PDB selects the worker pods")
+	require.Equal(t, w.deploy.Spec.Selector.MatchLabels, pdb.Spec.Selector.MatchLabels, "the PDB selects what the Deployment owns")
+	require.NotNil(t, pdb.Spec.MaxUnavailable)
+	require.Nil(t, pdb.Spec.MinAvailable)
+	require.Equal(t, 1, pdb.Spec.MaxUnavailable.IntValue())
+	if key := "Deployment/quakes-sluice-api"; r.docs[key] != "" {
+		a := decodeNamed[appsv1.Deployment](t, r, key)
+		require.False(t, sel.Matches(labels.Set(a.Spec.Template.Labels)), "the workers' PDB does not count API pods")
+	}
+}
+
+// checkScaledObject: KEDA scales the worker Deployment on its consumer
+// group's lag, never beyond the topic's or the pool's partitions.
+func checkScaledObject(t *testing.T, r rendered, w pod) {
+	t.Helper()
+	so := decodeOne[kedav1alpha1.ScaledObject](t, r, "ScaledObject")
+	checkLabels(t, "ScaledObject", so.Labels)
+	require.Equal(t, w.deploy.Name, so.Spec.ScaleTargetRef.Name)
+	require.Equal(t, "Deployment", so.Spec.ScaleTargetRef.Kind)
+	require.Equal(t, "apps/v1", so.Spec.ScaleTargetRef.APIVersion)
+	topicParts, err := strconv.Atoi(w.env["SLUICE_TOPIC_PARTITIONS"])
+	require.NoError(t, err)
+	poolParts, err := strconv.Atoi(w.env["SLUICE_PARTITIONS"])
+	require.NoError(t, err)
+	require.NotNil(t, so.Spec.MaxReplicaCount)
+	require.NotNil(t, so.Spec.MinReplicaCount)
+	maxR, minR := int(*so.Spec.MaxReplicaCount), int(*so.Spec.MinReplicaCount)
+	require.LessOrEqual(t, maxR, topicParts, "a worker beyond the topic's partitions gets none")
+	require.LessOrEqual(t, maxR, poolParts, "a worker beyond the pool's partitions gets no capacity")
+	require.Equal(t, min(topicParts, poolParts, 50), maxR, "keda.maxReplicaCount 50 is capped")
+	require.Equal(t, 2, minR)
+	if reserved := w.env["SLUICE_RESERVED_PARTITIONS"]; reserved != "" {
+		n, err := strconv.Atoi(reserved)
+		require.NoError(t, err)
+		require.LessOrEqual(t, n*maxR, poolParts, "every worker KEDA may start gets its reserved partitions")
+	}
+	require.Len(t, so.Spec.Triggers, 1)
+	trig := so.Spec.Triggers[0]
+	require.Equal(t, "kafka", trig.Type)
+	md := trig.Metadata
+	require.Equal(t, w.env["SLUICE_BROKERS"], md["bootstrapServers"])
+	require.Equal(t, w.env["SLUICE_TOPIC"], md["topic"])
+	require.Equal(t, w.env["SLUICE_GROUP"], md["consumerGroup"], "the group the workers join")
+	require.Equal(t, "sluice-"+w.env["SLUICE_TOPIC"], md["consumerGroup"], "sluice's default group name")
+	lag, err := strconv.Atoi(md["lagThreshold"])
+	require.NoError(t, err)
+	require.Equal(t, 5000, lag)
+	require.Equal(t, "false", md["allowIdleConsumers"])
+	require.Equal(t, "earliest", md["offsetResetPolicy"], "sluice starts a new group at the first offset")
+}
+
+// checkAPI checks the intake API's Deployment and Service.
+func checkAPI(t *testing.T, sluice *sluiceCLI, r rendered, vals chartutil.Values, secret *corev1.Secret, w pod, future ...string) pod {
+	t.Helper()
+	a := podOf(t, r, "quakes-sluice-api")
+	require.Equal(t, "api", a.labels["app.kubernetes.io/component"])
+	checkCLI(t, sluice, a, "api", future...)
+	checkSecurity(t, a)
+	require.Equal(t, w.env["SLUICE_BROKERS"], a.env["SLUICE_BROKERS"], "the API produces where the workers consume")
+	h := sluice.help(t, []string{"api"})
+	require.Regexp(t, `GET /healthz, GET /readyz`, h, "the API serves its probes beside it")
+
+	port := listenPort(t, a.env["SLUICE_LISTEN"])
+	require.Equal(t, port, containerPort(t, a.container, intstr.FromString("http")))
+	types := loadMountedTypes(t, r, a.pod, a.container, a.env["SLUICE_TYPES"])
+	handler, err := api.New(api.Config{Types: types, Producer: discardProducer{}, Registry: prometheus.NewRegistry()})
+	require.NoError(t, err, "the API starts with the mounted types")
+	checkProbes(t, a.container, port, handler)
+	require.Greater(t, *a.pod.TerminationGracePeriodSeconds, int64(30), "sluice api finishes in-flight requests within 30 s")
+	if secret != nil {
+		require.Equal(t, map[string]string{"SLUICE_API_TOKEN": "api-token"}, secretRefs(t, a.container, secret.Name, false))
+	}
+
+	svc := decodeOne[corev1.Service](t, r, "Service")
+	checkLabels(t, "Service", svc.Labels)
+	sel := labels.SelectorFromSet(svc.Spec.Selector)
+	require.False(t, sel.Empty())
+	require.True(t, sel.Matches(labels.Set(a.labels)), "the Service selects the API pods")
+	require.False(t, sel.Matches(labels.Set(w.labels)), "and not the workers")
+	require.Len(t, svc.Spec.Ports, 1)
+	require.Equal(t, port, containerPort(t, a.container, svc.Spec.Ports[0].TargetPort))
+	return a
+}
+
+type discardProducer struct{}
+
+func (discardProducer) Produce(context.Context, string, []ingest.Record) error {
+	return fmt.Errorf("not in this test")
+}
