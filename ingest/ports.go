@@ -263,6 +263,12 @@ type Result struct {
 	// Reason explains a Retryable or Permanent outcome, e.g. "HTTP 400:
 	// field mag is not a number". It becomes the dead-letter reason.
 	Reason string
+	// NearLimit is set on the results of a request whose answer said the
+	// sink's own rate limit is nearly used up (RateLimit-Remaining,
+	// X-RateLimit-Remaining): the pipeline slows down as it does for
+	// throttling, before the sink has to refuse anything. The records'
+	// outcomes are unaffected.
+	NearLimit bool
 	// Charge is what the sink reports it charged for a Delivered or
 	// Duplicate record, in the pool's unit (e.g. Cosmos DB's
 	// x-ms-request-charge); 0 when it does not say. A charge above the

@@ -48,7 +48,7 @@ func (p *Pipeline) write(ctx context.Context, u *unit, answered func()) {
 	p.breaker.success(now)
 	throttled := false
 	for i, it := range u.items {
-		if p.route(it, results[i], now) {
+		if p.route(it, results[i], now) || results[i].NearLimit {
 			throttled = true
 		}
 	}
