@@ -84,6 +84,20 @@ func TestAzureTablesConformance(t *testing.T) {
 			require.NoError(t, err)
 			return &AzureTablesSink{client: svc.NewClient("stopped"), transport: transport, timeout: 2 * time.Second}, []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`)}}
 		},
+		// A wrong account key: every request is refused with 403.
+		Down: func(t *testing.T) ingest.Sink {
+			cred, err := aztables.NewSharedKeyCredential("devstoreaccount1", "d3Jvbmcga2V5")
+			require.NoError(t, err)
+			transport := &http.Transport{}
+			opts := &aztables.ClientOptions{}
+			opts.Retry = policy.RetryOptions{MaxRetries: -1}
+			opts.Transport = &http.Client{Transport: transport}
+			svc, err := aztables.NewServiceClientWithSharedKey("http://"+strings.TrimPrefix(azuriteURL(t), "azuretables://"), cred, opts)
+			require.NoError(t, err)
+			s := &AzureTablesSink{client: svc.NewClient("conformance"), transport: transport, timeout: 2 * time.Second}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
 		// A string property over Table Storage's 64 KiB limit.
 		Bad: func(id string) ingest.Record {
 			return ingest.Record{ID: id, Value: []byte(`{"pad":"` + strings.Repeat("x", 70<<10) + `"}`), Cost: 1}

@@ -1,6 +1,7 @@
 package sink_test
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,6 +26,12 @@ func TestHTTPConformance(t *testing.T) {
 			_, err := s.Write(t.Context(), []ingest.Record{{ID: "spend", Value: []byte(`{"mag":1}`), Cost: 1_000_000}})
 			require.NoError(t, err)
 			return s, []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`), Cost: 1_000_000}}
+		},
+		// An endpoint that refuses the credentials: 401 for every request.
+		Down: func(t *testing.T) ingest.Sink {
+			return serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, `{"error":"invalid token"}`, http.StatusUnauthorized)
+			}), 0)
 		},
 	}.Run(t)
 }

@@ -90,6 +90,13 @@ func TestPostgresConformance(t *testing.T) {
 			require.NoError(t, err)
 			return s, []ingest.Record{{ID: "locked", Value: []byte(`{"mag":2}`), Cost: 1}}
 		},
+		// The table is gone (dropped under the sink): 42P01 for every batch.
+		Down: func(t *testing.T) ingest.Sink {
+			s, table := openPostgres(t, time.Second)
+			_, err := s.pool.Exec(t.Context(), "DROP TABLE "+table)
+			require.NoError(t, err)
+			return s
+		},
 	}.Run(t)
 }
 

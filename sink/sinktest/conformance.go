@@ -24,11 +24,17 @@ import (
 //     throttling, a stopped server), and returns it with the sink to write
 //     it to (s, or one on the stopped server);
 //   - Bad (optional): a record the sink refuses for good, for sinks that
-//     have no schema to refuse a value without "mag" with.
+//     have no schema to refuse a value without "mag" with;
+//   - Down: a sink whose every request fails as a whole, as the
+//     real server makes it fail (wrong credentials, a missing table or
+//     bucket, a stopped server). Write must return an error, never
+//     per-record Permanent results: a sink-wide failure pauses the worker
+//     and must not dead-letter anything.
 type Suite struct {
 	Open      func(t *testing.T) ingest.Sink
 	Retryable func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record)
 	Bad       func(id string) ingest.Record
+	Down      func(t *testing.T) ingest.Sink
 	// upsert: the sink overwrites and cannot tell a rewrite from a new
 	// record, so a rewrite is Delivered instead of Duplicate.
 	Upsert bool
@@ -102,6 +108,12 @@ func (c Suite) Run(t *testing.T) {
 		res, err = s.Write(t.Context(), []ingest.Record{good("a"), good("c"), good("e")})
 		require.NoError(t, err)
 		require.Equal(t, []ingest.Outcome{dup, dup, dup}, outcomes(res), "the neighbours were stored")
+	})
+	t.Run("down", func(t *testing.T) {
+		s := c.Down(t)
+		res, err := s.Write(t.Context(), []ingest.Record{good("x1"), good("x2")})
+		require.Error(t, err, "a sink-wide failure is an error, not per-record verdicts")
+		require.Nil(t, res)
 	})
 	t.Run("cancelled", func(t *testing.T) {
 		s := c.Open(t)
