@@ -11,8 +11,11 @@ help: ## list the targets
 	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## build bin/sluice
-	$(GO) build -o $(BIN) ./cmd/sluice
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+
+build: ## build bin/sluice (sluice --version names the git revision)
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(BIN) ./cmd/sluice
 
 .PHONY: demo
 demo: build ## bulk-load the USGS earthquakes through embedded Kafka, Redis and a sink throttled at 2,000 records/s

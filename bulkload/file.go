@@ -1,15 +1,17 @@
 package bulkload
 
 import (
-	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/ingest"
@@ -41,8 +43,9 @@ type FileReader struct {
 	data    []byte
 	csv     *csv.Reader
 	header  []string
-	lines   *bufio.Scanner
-	line    int
+	rest    []byte // NDJSON not yet read
+	line    int    // NDJSON: the last line read
+	where   int    // the line of the last record returned
 }
 
 // OpenFile reads path whole and prepares to parse it. format is "csv",
@@ -79,8 +82,7 @@ func OpenFile(path, format, idField string) (*FileReader, error) {
 			return nil, fmt.Errorf("%s: --id-field %q is not a column (columns: %s)", path, idField, strings.Join(f.header, ", "))
 		}
 	case "ndjson":
-		f.lines = bufio.NewScanner(bytes.NewReader(data))
-		f.lines.Buffer(make([]byte, 0, 64*1024), 16<<20)
+		f.rest = data
 	default:
 		return nil, fmt.Errorf("%s: unknown format %q (want csv or ndjson)", path, format)
 	}
@@ -137,9 +139,11 @@ func (f *FileReader) nextCSV() (ingest.Record, error) {
 }
 
 func (f *FileReader) nextNDJSON() (ingest.Record, error) {
-	for f.lines.Scan() {
+	for len(f.rest) > 0 {
+		line, rest, _ := bytes.Cut(f.rest, []byte("\n"))
+		f.rest = rest
 		f.line++
-		raw := bytes.TrimSpace(f.lines.Bytes())
+		raw := bytes.TrimSpace(line)
 		if len(raw) == 0 {
 			continue
 		}
@@ -148,13 +152,44 @@ func (f *FileReader) nextNDJSON() (ingest.Record, error) {
 		}
 		return f.record(bytes.Clone(raw), f.line, raw)
 	}
-	if err := f.lines.Err(); err != nil {
-		return ingest.Record{}, fmt.Errorf("%s:%d: %w", f.path, f.line+1, err)
-	}
 	return ingest.Record{}, io.EOF
 }
 
+// Digest returns the SHA-256 of the file's bytes: with the topic, the
+// identity of a load (see LoadID).
+func (f *FileReader) Digest() []byte {
+	sum := sha256.Sum256(f.data)
+	return sum[:]
+}
+
+// Where returns "path:line" of the record Next returned last.
+func (f *FileReader) Where() string { return fmt.Sprintf("%s:%d", f.path, f.where) }
+
+// Fields returns the fields a record of the file has: the CSV header, or
+// the union of the top-level keys of the first 100 NDJSON records, sorted.
+// A preflight checks the ID field and the sink key's fields against it.
+func (f *FileReader) Fields() []string {
+	if f.csv != nil {
+		return slices.Clone(f.header)
+	}
+	seen := map[string]bool{}
+	rest := f.data
+	for n := 0; n < 100 && len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(line, &obj) == nil && obj != nil {
+			for k := range obj {
+				seen[k] = true
+			}
+			n++
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
 func (f *FileReader) record(value []byte, line int, raw []byte) (ingest.Record, error) {
+	f.where = line
 	id, err := ingest.RecordID(value, f.idField)
 	if err == nil && f.Validate != nil {
 		err = f.Validate(value)

@@ -10,13 +10,6 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 )
 
-// Rows yields a file's records in the order they are to be produced: a
-// Record, a *RowError for a malformed row (call Next again to go on), or
-// io.EOF. *FileReader is one.
-type Rows interface {
-	Next() (ingest.Record, error)
-}
-
 // DefaultInterleaveBuckets is the number of key ranges Interleave spreads
 // consecutive records over.
 const DefaultInterleaveBuckets = 64
@@ -38,9 +31,10 @@ const DefaultInterleaveBuckets = 64
 func Interleave(rows Rows, key func(ingest.Record) (string, error), buckets int) (Rows, error) {
 	buckets = cmp.Or(max(buckets, 0), DefaultInterleaveBuckets)
 	type keyed struct {
-		key string
-		rec ingest.Record
+		key, where string
+		rec        ingest.Record
 	}
+	located, _ := rows.(interface{ Where() string })
 	var bad []error
 	var all []keyed
 	for {
@@ -62,15 +56,20 @@ func Interleave(rows Rows, key func(ingest.Record) (string, error), buckets int)
 				k = sk
 			}
 		}
-		all = append(all, keyed{k, rec})
+		var where string
+		if located != nil {
+			where = located.Where()
+		}
+		all = append(all, keyed{k, where, rec})
 	}
 	slices.SortStableFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
 	size := (len(all) + buckets - 1) / buckets
-	out := &orderedRows{bad: bad, recs: make([]ingest.Record, 0, len(all))}
+	out := &orderedRows{bad: bad, recs: make([]ingest.Record, 0, len(all)), wheres: make([]string, 0, len(all))}
 	for i := range size {
 		for start := 0; start < len(all); start += size {
 			if start+i < min(start+size, len(all)) {
 				out.recs = append(out.recs, all[start+i].rec)
+				out.wheres = append(out.wheres, all[start+i].where)
 			}
 		}
 	}
@@ -80,9 +79,14 @@ func Interleave(rows Rows, key func(ingest.Record) (string, error), buckets int)
 // orderedRows replays rows already read: the malformed ones, then the
 // records.
 type orderedRows struct {
-	bad  []error
-	recs []ingest.Record
+	bad    []error
+	recs   []ingest.Record
+	wheres []string // where each record is in its file; "" unknown
+	where  string
 }
+
+// Where returns where the record Next returned last is in its file.
+func (o *orderedRows) Where() string { return o.where }
 
 func (o *orderedRows) Next() (ingest.Record, error) {
 	if len(o.bad) > 0 {
@@ -94,6 +98,6 @@ func (o *orderedRows) Next() (ingest.Record, error) {
 		return ingest.Record{}, io.EOF
 	}
 	rec := o.recs[0]
-	o.recs = o.recs[1:]
+	o.recs, o.where, o.wheres = o.recs[1:], o.wheres[0], o.wheres[1:]
 	return rec, nil
 }

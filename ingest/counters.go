@@ -127,6 +127,19 @@ func (c *Counters) Totals() Totals {
 	return t
 }
 
+// Add adds the outcomes of t (Delivered, Duplicates, DeadLettered and
+// UnitsDelivered) as finished now: for work done outside a pipeline that
+// shares its totals, such as a stand-in worker in a test.
+func (c *Counters) Add(t Totals) {
+	now := time.Now()
+	c.firstFetch.CompareAndSwap(0, now.UnixNano())
+	c.delivered.Add(t.Delivered)
+	c.duplicates.Add(t.Duplicates)
+	c.deadLettered.Add(t.DeadLettered)
+	c.unitsDelivered.Add(t.UnitsDelivered)
+	c.noteDone(now)
+}
+
 func (c *Counters) noteFetch(now time.Time) {
 	c.fetched.Add(1)
 	c.firstFetch.CompareAndSwap(0, now.UnixNano())

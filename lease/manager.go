@@ -414,6 +414,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// The definition was checked when the worker started (EnsurePool); it
 	// is read again every RenewEvery/2, first after that long.
 	m.nextRead = time.Now().Add(m.cfg.RenewEvery / 2)
+	m.reclaim(ctx)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -424,6 +425,47 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-m.wake:
 		}
 		timer.Reset(m.step(ctx))
+	}
+}
+
+// reclaimScript deletes KEYS[1] if it holds a lock of the worker ARGV[1]
+// ("<worker>/<token>").
+var reclaimScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. '/' then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+// reclaim frees the partitions an earlier process with this worker's ID
+// still holds (a crashed run of the same bulk load, say), so the worker
+// need not wait out their TTL. Worker IDs are unique among live processes,
+// so such a lease belongs to a process that is gone.
+func (m *Manager) reclaim(ctx context.Context) {
+	parts := m.partitionsNow()
+	names := make([]string, parts)
+	for p := range parts {
+		names[p] = m.keys.partition(p)
+	}
+	var freed atomic.Int64
+	m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		vals, err := c.MGet(ctx, names...).Result()
+		if err != nil {
+			return err
+		}
+		for i, v := range vals {
+			if s, ok := v.(string); ok && holderOf(s) == m.cfg.WorkerID {
+				n, err := reclaimScript.Run(ctx, c, []string{names[i]}, m.cfg.WorkerID).Int()
+				if err != nil {
+					return err
+				}
+				freed.Add(int64(n))
+			}
+		}
+		return nil
+	}, "lease_reclaim", "reclaiming this worker's earlier leases failed")
+	if n := freed.Load(); n > 0 {
+		m.log.Info("took back the leases an earlier process with this worker ID held", "partitions", n)
 	}
 }
 

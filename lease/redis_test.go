@@ -439,3 +439,26 @@ func TestRampEpochIsShared(t *testing.T) {
 	require.InDelta(t, 100*math.Pow(2, at.Sub(epoch).Seconds()), b.Effective(at), 1e-6)
 	poll(t, func() bool { return a.Rate(time.Now())+b.Rate(time.Now()) == 1000 }, "the ramp reaches the capacity after log2(10) ≈ 3.3 s")
 }
+
+// A rerun of a crashed process with the same worker ID (a bulk load's
+// workers keep theirs) takes its own leases back at once instead of
+// waiting out their TTL; a peer's leases it leaves alone.
+func TestWorkerTakesBackItsOwnLeasesAfterACrash(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "crash", Capacity: 100, Partitions: 2, TTL: time.Hour}
+	mustEnsurePool(t, c, prefix, pool)
+	keys := keysFor(prefix, pool.Name)
+	// The crashed process "w" held partition 0, a live peer partition 1.
+	require.NoError(t, c.Set(t.Context(), keys.partition(0), "w/old-token", time.Hour).Err())
+	require.NoError(t, c.Set(t.Context(), keys.partition(1), "peer/token", time.Hour).Err())
+
+	m := start(t, testConfig(prefix, "w", pool), c)
+	m.SetDemand(ingest.Inf)
+	poll(t, func() bool { return len(m.Held()) == 1 }, "partition 0 taken back within a tick, not an hour")
+	require.Equal(t, []int{0}, m.Held())
+	v, err := c.Get(t.Context(), keys.partition(1)).Result()
+	require.NoError(t, err)
+	require.Equal(t, "peer/token", v, "a peer's lease is left alone")
+}

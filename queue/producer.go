@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -78,6 +79,7 @@ type Producer struct {
 	transport *kafka.Transport
 	brokers   []string
 	conn      Conn
+	maxBytes  int64
 }
 
 var _ ingest.Producer = (*Producer)(nil)
@@ -96,6 +98,7 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 		transport: transport,
 		brokers:   cfg.Brokers,
 		conn:      cfg.Conn,
+		maxBytes:  cfg.BatchBytes,
 		w: &kafka.Writer{
 			Addr:         kafka.TCP(cfg.Brokers...),
 			Balancer:     balancer,
@@ -133,6 +136,32 @@ func (p *Producer) Produce(ctx context.Context, topic string, recs []ingest.Reco
 		return fmt.Errorf("produce %d records to topic %q: %w", len(recs), topic, p.conn.annotate(p.brokers, err))
 	}
 	return nil
+}
+
+// ErrTooLarge is wrapped by Fits's error for a record whose message is
+// larger than the producer's BatchBytes (about the broker's default
+// message.max.bytes): Kafka would refuse it.
+var ErrTooLarge = errors.New("queue: record too large for a Kafka message")
+
+// messageOverhead is an upper bound of a record batch's and a record's
+// framing around one message's key, value and headers, in bytes.
+const messageOverhead = 128
+
+// Fits returns nil when rec can be produced, and an error wrapping
+// ErrTooLarge, naming its size and the limit, when it cannot.
+func (p *Producer) Fits(rec ingest.Record) error {
+	if n := messageSize(message("", rec)); n > p.maxBytes {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, n, p.maxBytes)
+	}
+	return nil
+}
+
+func messageSize(m kafka.Message) int64 {
+	n := int64(len(m.Key) + len(m.Value) + messageOverhead)
+	for _, h := range m.Headers {
+		n += int64(len(h.Key) + len(h.Value))
+	}
+	return n
 }
 
 // message builds the Kafka message of rec.
@@ -185,8 +214,11 @@ func NewDeadLetterWriter(cfg ProducerConfig) (*DeadLetterWriter, error) {
 
 // DeadLetter writes every letter's record to DeadLetterTopic of its
 // Record.Pos.Topic with its reason, in one batch, and returns nil once every
-// in-sync replica has them all. It fails (wrapping ErrNoTopic) when a
-// record's Pos.Topic is empty, before writing anything.
+// in-sync replica has them all. A record too large for a Kafka message (see
+// Fits) is stored with its value cut to fit and the header
+// "sluice-truncated" giving its full size in bytes; the reason says where
+// the whole record is (a file:line, say). It fails (wrapping ErrNoTopic)
+// when a record's Pos.Topic is empty, before writing anything.
 func (d *DeadLetterWriter) DeadLetter(ctx context.Context, letters ...ingest.DeadLetter) error {
 	msgs := make([]kafka.Message, len(letters))
 	for i, l := range letters {
@@ -198,7 +230,13 @@ func (d *DeadLetterWriter) DeadLetter(ctx context.Context, letters ...ingest.Dea
 		if rec.Pos.Offset >= 0 {
 			headers = append(headers, kafka.Header{Key: HeaderSource, Value: []byte(rec.Pos.String())})
 		}
-		msgs[i] = message(DeadLetterTopic(rec.Pos.Topic), rec, headers...)
+		m := message(DeadLetterTopic(rec.Pos.Topic), rec, headers...)
+		if over := messageSize(m) + int64(len(HeaderTruncated)) + 20 - d.p.maxBytes; over > 0 {
+			full := len(m.Value)
+			m.Value = m.Value[:max(len(m.Value)-int(over), 0)]
+			m.Headers = append(m.Headers, kafka.Header{Key: HeaderTruncated, Value: []byte(strconv.Itoa(full))})
+		}
+		msgs[i] = m
 	}
 	if len(msgs) == 0 {
 		return nil

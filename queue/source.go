@@ -24,6 +24,9 @@ const (
 	// HeaderSource carries where a dead-lettered record was consumed,
 	// "topic/partition@offset".
 	HeaderSource = "sluice-source"
+	// HeaderTruncated is set on a dead letter whose value was cut to fit a
+	// Kafka message: the value's full size in bytes.
+	HeaderTruncated = "sluice-truncated"
 )
 
 var (

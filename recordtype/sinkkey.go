@@ -147,6 +147,17 @@ func parseTemplate(template string) ([]templatePart, error) {
 }
 
 // String returns the rule as "template strategy".
+// Fields returns the record fields the template reads, in template order.
+func (k *SinkKey) Fields() []string {
+	var out []string
+	for _, p := range k.parts {
+		if p.field && !slices.Contains(out, p.text) {
+			out = append(out, p.text)
+		}
+	}
+	return out
+}
+
 func (k *SinkKey) String() string {
 	var b strings.Builder
 	for _, p := range k.parts {

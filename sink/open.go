@@ -242,3 +242,12 @@ func readHeaders(file string) (http.Header, error) {
 
 // redact hides a password in u for messages.
 func redact(u *url.URL) string { return u.Redacted() }
+
+// Redact returns a sink URL with any password in it hidden, for messages.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

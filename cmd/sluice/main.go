@@ -3,12 +3,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -30,6 +32,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	app := newApp(stdout, stderr)
 	err := app.RunContext(ctx, args)
+	if code, ok := app.Metadata[metaExit].(int); ok {
+		return code // an unknown command, already reported
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -55,11 +60,14 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			"Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration,\n" +
 			"3 bulk-load finished with dead-lettered records, 4 stress found a ceiling below\n" +
 			"its --target.",
+		Version:              versionString(),
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		HideHelpCommand:      true,
 		EnableBashCompletion: true,
+		Suggest:              true,
 		OnUsageError:         onUsageError,
+		CommandNotFound:      commandNotFound,
 		Commands: []*cli.Command{
 			workerCommand(),
 			bulkLoadCommand(),
@@ -68,9 +76,68 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			poolCommand(),
 			apiCommand(),
 			stressCommand(),
+			dlqCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors and picks the exit code
 	}
+}
+
+// metaExit is the App.Metadata key of an exit code decided outside an
+// error (an unknown command).
+const metaExit = "exit"
+
+// commandNotFound reports an unknown command, with the closest one there
+// is, and makes the exit code 2 (bad usage).
+func commandNotFound(c *cli.Context, name string) {
+	msg := fmt.Sprintf("sluice: unknown command %q", name)
+	commands := c.App.Commands
+	if c.Command != nil && len(c.Command.Subcommands) > 0 {
+		commands = c.Command.Subcommands
+	}
+	if name == "help" {
+		msg += `; use "sluice --help" or "sluice COMMAND --help"`
+	} else if suggestion := cli.SuggestCommand(commands, name); suggestion != "" {
+		msg += ". " + suggestion
+	}
+	fmt.Fprintln(c.App.ErrWriter, msg+" (see --help)")
+	if c.App.Metadata == nil {
+		c.App.Metadata = map[string]any{}
+	}
+	c.App.Metadata[metaExit] = exitUsage
+}
+
+// Set at build time: go build -ldflags "-X main.version=v1.2.3 -X
+// main.revision=abc123" (the Dockerfile does).
+var version, revision string
+
+// versionString is the module version and VCS revision: the build flags'
+// when given, else what the Go toolchain recorded in the binary.
+func versionString() string {
+	v, rev, dirty := version, revision, false
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = info.Main.Version
+		}
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				if rev == "" {
+					rev = s.Value
+				}
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	v = cmp.Or(v, "(devel)")
+	if rev != "" {
+		v += " (" + rev[:min(len(rev), 12)]
+		if dirty {
+			v += ", modified"
+		}
+		v += ")"
+	}
+	return v
 }
 
 // usageError marks err as the user's to fix (exit code 2).

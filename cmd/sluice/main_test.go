@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,6 +31,11 @@ func sample(t *testing.T, n int, extra ...string) string {
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	if len(args) > 0 && args[0] == "bulk-load" && !slices.Contains(args, "--dead-letter-file") {
+		// --embedded writes dead letters to <topic>.dlq.ndjson in the
+		// working directory; a test keeps its own.
+		args = slices.Insert(args, 1, "--dead-letter-file", filepath.Join(t.TempDir(), "dlq.ndjson"))
+	}
 	var out, errOut bytes.Buffer
 	code = run(append([]string{"sluice"}, args...), &out, &errOut)
 	return code, out.String(), errOut.String()
@@ -106,11 +112,26 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "nope", path}, `--id-field "nope" is not a column`},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "missing.csv"}, "missing.csv"},
 		{[]string{"worker", "--capacity", "10", "--sink", "ftp://x"}, "--sink"},
+		// The preflight: every field the settings read is in the file.
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "id", "--sink-key", "{tiem}/{id}", path}, `--sink-key: field "tiem" is not in the input`},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--max-dead-letters", "lots", path}, "--max-dead-letters"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--send-guard", "1s", path}, "--send-guard"},
+		// Unknown commands are usage errors too, with the closest there is.
+		{[]string{"wroker"}, `unknown command "wroker". Did you mean "worker"?`},
+		{[]string{"pool", "list"}, `unknown command "list"`},
+		{[]string{"help"}, `use "sluice --help"`},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
 		require.Equal(t, exitUsage, code, "%v: %s", tc.args, stderr)
 		require.Contains(t, stderr, tc.want, "%v", tc.args)
 	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := runCLI(t, "--version")
+	require.Equal(t, exitOK, code)
+	require.Regexp(t, `^sluice version \S+`, stdout)
 }
 
 func TestEveryFlagHasAnEnvVar(t *testing.T) {

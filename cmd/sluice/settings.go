@@ -24,13 +24,13 @@ import (
 // type: the connections, the sink, and the worker.Config every worker of
 // the command is built from (its shared parts are filled in later).
 type settings struct {
-	log       *slog.Logger
-	redis     lease.RedisConfig
-	sinkURL   string
-	sinkOpts  sink.OpenConfig
-	worker    worker.Config
-	typeName  string                              // the --type, "" without
-	sinkKeyOf func(ingest.Record) (string, error) // the sink key rule applied to a record; nil without a rule
+	log      *slog.Logger
+	redis    lease.RedisConfig
+	sinkURL  string
+	sinkOpts sink.OpenConfig
+	worker   worker.Config
+	typeName string              // the --type, "" without
+	sinkKey  *recordtype.SinkKey // the sink key rule; nil without one
 }
 
 // readSettings validates the flags and the --type's values; its errors name
@@ -164,7 +164,7 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 			return s, fmt.Errorf("--sink-key, --sink-key-strategy: %w", err)
 		}
 		s.worker.Processor = ingest.Chain(s.worker.Processor, sk.Processor())
-		s.sinkKeyOf = func(rec ingest.Record) (string, error) { return sk.Key(rec.Value) }
+		s.sinkKey = sk
 	} else if cc.IsSet("sink-key-strategy") {
 		return s, errors.New("--sink-key-strategy: needs --sink-key TEMPLATE")
 	}

@@ -78,7 +78,7 @@ func TestSinkKeyFlagsAndTypeRule(t *testing.T) {
 	out, err := all[0].worker.Processor.Process(ingest.Record{ID: "a", Value: []byte(`{"id":"a","time":"t1"}`)})
 	require.NoError(t, err)
 	require.Regexp(t, `^\d\d/t1/a$`, out.SinkKey)
-	key, err := all[0].sinkKeyOf(ingest.Record{Value: []byte(`{"id":"a","time":"t1"}`)})
+	key, err := all[0].sinkKey.Key([]byte(`{"id":"a","time":"t1"}`))
 	require.NoError(t, err)
 	require.Equal(t, out.SinkKey, key, "bulk-load orders by the key the worker writes")
 

@@ -1,0 +1,339 @@
+// Package bulkload loads files through Kafka into a sink: it reads CSV and
+// NDJSON files (file.go), orders them for range-partitioned stores
+// (order.go), produces their records (produce.go), drains the topic with
+// worker stacks of the topic's consumer group, resumes a load a crash
+// interrupted (progress.go), and reports what happened (summary.go).
+//
+// A load finishes when the group has committed every offset it produced,
+// so workers of other processes in the group help, and nothing is reported
+// done before it is committed.
+package bulkload
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// ErrTooManyDeadLetters is returned by Load.Run when more records than
+// Config.MaxDeadLetters allows were dead-lettered: the load stopped
+// producing, so a bad configuration cannot empty a file into the
+// dead-letter topic.
+var ErrTooManyDeadLetters = errors.New("bulkload: too many dead letters")
+
+// ErrNoWorkers is returned by Load.Run without in-process workers when the
+// consumer group had no live member for Config.SinkTimeout.
+var ErrNoWorkers = errors.New("bulkload: no worker drains the topic")
+
+// Config configures a Load.
+type Config struct {
+	// Topic receives the file's records; Group is the consumer group the
+	// workers drain it with. Both required.
+	Topic, Group string
+	// Capacity is the pool's capacity in units/s; Unit its unit. Used for
+	// the ideal time, utilization and the ETA. Required.
+	Capacity float64
+	Unit     ingest.Unit
+	// IDField names the field the IDs come from, for the report.
+	IDField string
+	// LoadID names the load for Progress (see LoadID); "" without resume.
+	LoadID string
+	// Chunk is the number of records per produce call. Defaults to
+	// DefaultChunk (500).
+	Chunk int
+	// MaxDeadLetters stops the load once more records are dead-lettered.
+	// The zero value tolerates none; see DefaultDeadLetterLimit.
+	MaxDeadLetters DeadLetterLimit
+	// SinkTimeout is how long a load without in-process workers waits for
+	// a live member of the group before it gives up (ErrNoWorkers).
+	// Default 5 min. (In-process workers give up on a sink that long
+	// unavailable themselves: worker.Config.StallTimeout.)
+	SinkTimeout time.Duration
+	// Poll is how often progress and the group's offsets are checked.
+	// Default 200 ms.
+	Poll time.Duration
+	// JoinTimeout bounds the wait, before producing, for the workers to
+	// join the consumer group. Default 30 s; past it the load goes on.
+	JoinTimeout time.Duration
+	// Logger receives progress lines. Default: slog.Default().
+	Logger *slog.Logger
+	// Bar, when set, shows a progress bar there (a terminal) instead of
+	// periodic log lines.
+	Bar io.Writer
+}
+
+// Ports are what a Load drives.
+type Ports struct {
+	File        Rows
+	Producer    ingest.Producer
+	DeadLetters ingest.DeadLetters // receives the rows that cannot be produced
+	Offsets     ingest.Offsets
+	// Workers drain the topic (each a full worker stack in the group).
+	// None: worker pods of the group drain it, and progress comes from the
+	// group's committed offsets.
+	Workers []ingest.Runner
+	// Counters are the workers' shared totals.
+	Counters *ingest.Counters
+	// Rate is the workers' combined leased rate in units/s, for the ETA.
+	Rate func(now time.Time) float64
+	// Sink, when it keeps statistics, completes the summary.
+	Sink ingest.StatsSink
+	// Start, when not nil, is closed once the first records are produced;
+	// the in-process workers wait for it, so they drain while the rest is
+	// produced.
+	Start chan struct{}
+	// Progress, with Config.LoadID, makes a rerun resume; nil: none.
+	Progress Progress
+}
+
+// Load loads a file through the queue into the sink. Create it with New.
+type Load struct {
+	cfg Config
+	p   Ports
+}
+
+// New checks cfg and returns a Load.
+func New(cfg Config, p Ports) (*Load, error) {
+	switch {
+	case cfg.Topic == "" || cfg.Group == "":
+		return nil, errors.New("bulkload: a load needs a topic and a group")
+	case cfg.Capacity <= 0:
+		return nil, fmt.Errorf("bulkload: capacity must be > 0, got %v", cfg.Capacity)
+	case p.File == nil || p.Producer == nil || p.DeadLetters == nil || p.Offsets == nil || p.Counters == nil:
+		return nil, errors.New("bulkload: a load needs a file, producer, dead letters, offsets and counters")
+	}
+	cfg.Chunk = cmp.Or(cfg.Chunk, DefaultChunk)
+	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
+	cfg.JoinTimeout = cmp.Or(cfg.JoinTimeout, 30*time.Second)
+	cfg.SinkTimeout = cmp.Or(cfg.SinkTimeout, 5*time.Minute)
+	cfg.Unit = cmp.Or(cfg.Unit, ingest.UnitRecords)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if p.Rate == nil {
+		p.Rate = func(time.Time) float64 { return 0 }
+	}
+	return &Load{cfg: cfg, p: p}, nil
+}
+
+// Run loads the file and returns the summary. It stops early, with the
+// summary of what was done, when ctx ends (its cause), when a worker gives
+// up (its *ingest.StalledError), when the dead letters exceed the limit
+// (ErrTooManyDeadLetters), or, without workers, when none drains the topic
+// (ErrNoWorkers). Records produced but not delivered then are still in the
+// topic, and a rerun of the same load resumes.
+func (l *Load) Run(ctx context.Context) (Summary, error) {
+	began := time.Now()
+	s := Summary{LoadID: l.cfg.LoadID}
+	var skip int64
+	if l.p.Progress != nil && l.cfg.LoadID != "" {
+		release, err := l.p.Progress.Claim(ctx, l.cfg.LoadID)
+		if err != nil {
+			return s, err
+		}
+		defer release()
+		if skip, err = l.p.Progress.Resume(ctx, l.cfg.LoadID); err != nil {
+			return s, err
+		}
+		if skip > 0 {
+			l.cfg.Logger.Info("resuming a load an earlier run left unfinished", "load", l.cfg.LoadID, "rows_done", skip)
+		}
+	}
+	start, err := l.p.Offsets.EndOffsets(ctx, l.cfg.Topic)
+	if err != nil {
+		return s, fmt.Errorf("read end offsets of %q: %w", l.cfg.Topic, err)
+	}
+
+	workCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	g, gctx := errgroup.WithContext(workCtx)
+	for _, w := range l.p.Workers {
+		g.Go(func() error { return w.Run(gctx) })
+	}
+	l.awaitGroup(ctx)
+
+	var mu sync.Mutex // guards produced while the producer runs
+	var produced Produced
+	prog := newProgress(l.cfg, len(l.p.Workers) == 0)
+	defer prog.close()
+	startOnce := sync.OnceFunc(func() {
+		if l.p.Start != nil {
+			close(l.p.Start)
+		}
+	})
+	defer startOnce()
+	produceErr := make(chan error, 1)
+	produceDone := make(chan struct{})
+	go func() {
+		defer close(produceDone)
+		p, err := Produce(workCtx, l.p.File, l.p.Producer, l.p.DeadLetters, ProduceConfig{
+			Topic: l.cfg.Topic, Chunk: l.cfg.Chunk, IDField: l.cfg.IDField, Skip: skip, Logger: l.cfg.Logger,
+			Acked: func(ctx context.Context, p Produced) error {
+				mu.Lock()
+				produced = p
+				mu.Unlock()
+				startOnce()
+				if l.p.Progress != nil && l.cfg.LoadID != "" {
+					if err := l.p.Progress.Save(ctx, l.cfg.LoadID, p.Read); err != nil {
+						l.cfg.Logger.Warn("saving the load's progress failed; a rerun would produce more again", "err", err)
+					}
+				}
+				return l.checkDeadLetters(p)
+			},
+		})
+		mu.Lock()
+		produced = p
+		mu.Unlock()
+		produceErr <- err
+	}()
+	err = l.await(workCtx, start, produceErr, func() Produced { mu.Lock(); defer mu.Unlock(); return produced }, prog)
+	if err != nil {
+		stop(err)
+	} else {
+		stop(nil)
+	}
+	<-produceDone // stopped by the cancelled context when it was not done
+	if werr := g.Wait(); err == nil && !errors.Is(werr, context.Canceled) {
+		err = werr
+	}
+	if err == nil {
+		err = context.Cause(ctx)
+	}
+	s = l.summary(ctx, s, produced, start, began)
+	return s, err
+}
+
+// checkDeadLetters returns ErrTooManyDeadLetters past the limit.
+func (l *Load) checkDeadLetters(p Produced) error {
+	dead := p.DeadLettered + l.p.Counters.Totals().DeadLettered
+	if !l.cfg.MaxDeadLetters.Allows(dead, p.Read) {
+		return fmt.Errorf("%w: %d of %d rows read (the limit is %s); stopped producing, see %s.dlq",
+			ErrTooManyDeadLetters, dead, p.Read, l.cfg.MaxDeadLetters, l.cfg.Topic)
+	}
+	return nil
+}
+
+// awaitGroup waits until the in-process workers have joined the group and
+// it is stable, so that no rebalance hands records a worker already fetched
+// to another.
+func (l *Load) awaitGroup(ctx context.Context) {
+	if len(l.p.Workers) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.JoinTimeout)
+	defer cancel()
+	tick := time.NewTicker(l.cfg.Poll / 4)
+	defer tick.Stop()
+	for {
+		members, stable, err := l.p.Offsets.GroupMembers(ctx, l.cfg.Group)
+		if err == nil && stable && members >= len(l.p.Workers) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			l.cfg.Logger.Warn("workers did not all join the consumer group in time, loading anyway",
+				"group", l.cfg.Group, "members", members, "workers", len(l.p.Workers), "err", err)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// await reports progress while the file is produced and drained, and
+// returns once the producer is done and the group has committed every
+// offset it produced.
+func (l *Load) await(ctx context.Context, start map[int]int64, produceErr <-chan error, produced func() Produced, prog *progress) error {
+	tick := time.NewTicker(l.cfg.Poll)
+	defer tick.Stop()
+	var target map[int]int64 // the end offsets once everything is produced
+	lastMember := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case err := <-produceErr:
+			if err != nil {
+				return err
+			}
+			end, err := l.p.Offsets.EndOffsets(ctx, l.cfg.Topic)
+			if err != nil {
+				return fmt.Errorf("read end offsets of %q: %w", l.cfg.Topic, err)
+			}
+			target = end
+			p := produced()
+			l.cfg.Logger.Info("file produced", "topic", l.cfg.Topic, "rows", p.Read, "produced", p.Produced,
+				"skipped", p.Skipped, "dead_lettered", p.DeadLettered)
+		case <-tick.C:
+		}
+		p := produced()
+		if err := l.checkDeadLetters(p); err != nil {
+			return err
+		}
+		committed, err := l.p.Offsets.CommittedOffsets(ctx, l.cfg.Group, l.cfg.Topic)
+		if err != nil {
+			l.cfg.Logger.Warn("reading committed offsets failed", "group", l.cfg.Group, "err", err)
+			continue
+		}
+		t := l.p.Counters.Totals()
+		if len(l.p.Workers) == 0 {
+			t.Delivered = advanced(committed, start) // the pods' work, as the group committed it
+			if members, _, err := l.p.Offsets.GroupMembers(ctx, l.cfg.Group); err == nil && members > 0 {
+				lastMember = time.Now()
+			} else if time.Since(lastMember) >= l.cfg.SinkTimeout {
+				return fmt.Errorf("%w: consumer group %q has had no live member for %s; start `sluice worker` pods for topic %q (the records produced stay in it)",
+					ErrNoWorkers, l.cfg.Group, l.cfg.SinkTimeout, l.cfg.Topic)
+			}
+		}
+		prog.update(t, p, l.p.Rate(time.Now()))
+		if target != nil && reached(committed, target) {
+			return nil
+		}
+	}
+}
+
+// advanced is how many offsets the group committed past start, over all
+// partitions.
+func advanced(committed, start map[int]int64) int64 {
+	var n int64
+	for p, c := range committed {
+		n += max(c-start[p], 0)
+	}
+	return n
+}
+
+// reached reports whether every partition's committed offset is at or past
+// its target.
+func reached(committed, target map[int]int64) bool {
+	for p, end := range target {
+		if end > 0 && committed[p] < end {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckFields returns an error naming the first of want that fields (a
+// file's columns, see FileReader.Fields) lacks, and the fields there are.
+// what says which setting wants each, e.g. "--id-field".
+func CheckFields(fields []string, want map[string]string) error {
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if !slices.Contains(fields, name) {
+			return fmt.Errorf("%s: field %q is not in the input (fields: %s)", want[name], name, strings.Join(fields, ", "))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,344 @@
+package bulkload_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/bulkload"
+	"github.com/sluicehq/sluice/ingest"
+)
+
+// memTopic is an in-memory topic of one partition, its consumer group's
+// committed offset, and a producer that refuses records over maxBytes.
+type memTopic struct {
+	mu        sync.Mutex
+	recs      []ingest.Record
+	committed int64
+	members   int
+	maxBytes  int
+	failAfter int           // Produce fails once this many records are in (0: never)
+	delay     time.Duration // each Produce call takes this long
+}
+
+func (m *memTopic) Produce(_ context.Context, _ string, recs []ingest.Record) error {
+	time.Sleep(m.delay)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failAfter > 0 && len(m.recs)+len(recs) > m.failAfter {
+		return errors.New("broker down")
+	}
+	m.recs = append(m.recs, recs...)
+	return nil
+}
+
+func (m *memTopic) Fits(rec ingest.Record) error {
+	if m.maxBytes > 0 && len(rec.Value) > m.maxBytes {
+		return fmt.Errorf("%d bytes, the limit is %d", len(rec.Value), m.maxBytes)
+	}
+	return nil
+}
+
+func (m *memTopic) EndOffsets(context.Context, string) (map[int]int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return map[int]int64{0: int64(len(m.recs))}, nil
+}
+
+func (m *memTopic) CommittedOffsets(context.Context, string, string) (map[int]int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return map[int]int64{0: m.committed}, nil
+}
+
+func (m *memTopic) GroupMembers(context.Context, string) (int, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.members, true, nil
+}
+
+// drain is a stand-in worker: it delivers what is produced and commits it,
+// counting into c, dead-lettering records whose ID starts with "bad".
+func (m *memTopic) drain(c *ingest.Counters, dlq *memDLQ) ingest.Runner {
+	return ingest.RunFunc(func(ctx context.Context) error {
+		m.mu.Lock()
+		m.members++
+		m.mu.Unlock()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Millisecond):
+			}
+			m.mu.Lock()
+			for ; m.committed < int64(len(m.recs)); m.committed++ {
+				rec := m.recs[m.committed]
+				if strings.HasPrefix(rec.ID, "bad") {
+					_ = dlq.DeadLetter(ctx, ingest.DeadLetter{Record: rec, Reason: "refused"})
+					c.Add(ingest.Totals{DeadLettered: 1})
+				} else {
+					c.Add(ingest.Totals{Delivered: 1, UnitsDelivered: 1})
+				}
+			}
+			m.mu.Unlock()
+		}
+	})
+}
+
+type memDLQ struct {
+	mu      sync.Mutex
+	letters []ingest.DeadLetter
+}
+
+func (d *memDLQ) DeadLetter(_ context.Context, ls ...ingest.DeadLetter) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.letters = append(d.letters, ls...)
+	return nil
+}
+
+func ndjsonFile(t *testing.T, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "in.ndjson")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+	return path
+}
+
+func open(t *testing.T, path string) *bulkload.FileReader {
+	t.Helper()
+	f, err := bulkload.OpenFile(path, "", "id")
+	require.NoError(t, err)
+	return f
+}
+
+// Rows that cannot be produced — malformed, without an ID, too large for a
+// Kafka message — are dead-lettered with their file:line; their neighbours
+// are produced; only acknowledged records count; repeated IDs are counted
+// and named.
+func TestProduceDeadLettersWhatCannotBeProduced(t *testing.T) {
+	t.Parallel()
+	path := ndjsonFile(t,
+		`{"id":"a"}`,
+		`{"id":"b","pad":"`+strings.Repeat("x", 200)+`"}`,
+		`not json`,
+		`{"n":4}`,
+		`{"id":"a","again":true}`,
+		`{"id":"c"}`,
+	)
+	topic, dlq := &memTopic{maxBytes: 100}, &memDLQ{}
+	p, err := bulkload.Produce(t.Context(), open(t, path), topic, dlq, bulkload.ProduceConfig{Topic: "t", Chunk: 2})
+	require.NoError(t, err)
+	require.Equal(t, bulkload.Produced{Read: 6, Produced: 3, DeadLettered: 3, DuplicateIDs: 1, DuplicateIDExamples: []string{"a"}}, p)
+	require.Len(t, topic.recs, 3)
+	reasons := make([]string, len(dlq.letters))
+	for i, l := range dlq.letters {
+		reasons[i] = l.Reason
+		require.Equal(t, "t", l.Record.Pos.Topic)
+	}
+	require.Equal(t, []string{
+		path + ":2: 219 bytes, the limit is 100",
+		path + ":3: not a JSON object",
+		path + `:4: ingest: no record ID: field "id" is missing`,
+	}, reasons)
+}
+
+// The count is exact when the broker fails: only acknowledged chunks.
+func TestProduceCountsOnlyAcknowledgedRecords(t *testing.T) {
+	t.Parallel()
+	lines := make([]string, 10)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"id":"r%d"}`, i)
+	}
+	topic := &memTopic{failAfter: 5}
+	p, err := bulkload.Produce(t.Context(), open(t, ndjsonFile(t, lines...)), topic, &memDLQ{}, bulkload.ProduceConfig{Topic: "t", Chunk: 4})
+	require.ErrorContains(t, err, "broker down")
+	require.EqualValues(t, 4, p.Produced)
+}
+
+func TestParseDeadLetterLimit(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in         string
+		dead, read int64
+		allows     bool
+	}{
+		{"0", 1, 1000, false},
+		{"10", 10, 1000, true},
+		{"10", 11, 1000, false},
+		{"1%", 100, 100, true}, // at least 100
+		{"1%", 101, 1000, false},
+		{"1%", 150, 20000, true},
+		{"50%", 5000, 10000, true},
+		{"none", 1 << 40, 1, true},
+	} {
+		l, err := bulkload.ParseDeadLetterLimit(tt.in)
+		require.NoError(t, err, tt.in)
+		require.Equal(t, tt.allows, l.Allows(tt.dead, tt.read), "%s: %d of %d", tt.in, tt.dead, tt.read)
+	}
+	for _, bad := range []string{"", "-1", "0%", "101%", "lots"} {
+		_, err := bulkload.ParseDeadLetterLimit(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func TestCheckFieldsNamesTheMissingOne(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, bulkload.CheckFields([]string{"id", "time"}, map[string]string{"id": "--id-field", "time": "--sink-key"}))
+	err := bulkload.CheckFields([]string{"id", "time"}, map[string]string{"id": "--id-field", "tiem": "--sink-key"})
+	require.EqualError(t, err, `--sink-key: field "tiem" is not in the input (fields: id, time)`)
+}
+
+func newLoad(t *testing.T, cfg bulkload.Config, p bulkload.Ports) *bulkload.Load {
+	t.Helper()
+	cfg.Topic, cfg.Group, cfg.Capacity = "t", "g", 1000
+	cfg.Poll = 5 * time.Millisecond
+	l, err := bulkload.New(cfg, p)
+	require.NoError(t, err)
+	return l
+}
+
+// A rerun of a load that a crash interrupted produces only the rows not
+// produced before; a run of a finished load produces nothing.
+func TestLoadResumesFromItsProgress(t *testing.T) {
+	t.Parallel()
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	progress := bulkload.RedisProgress{Client: client}
+	lines := make([]string, 1000)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"id":"r%d"}`, i)
+	}
+	path := ndjsonFile(t, lines...)
+	topic, dlq := &memTopic{failAfter: 600}, &memDLQ{}
+	id := bulkload.LoadID("t", open(t, path).Digest())
+
+	// The first run dies with 500 produced (chunks of 100 after 600).
+	c := new(ingest.Counters)
+	_, err := newLoad(t, bulkload.Config{LoadID: id, Chunk: 100, MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
+		bulkload.Ports{File: open(t, path), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: c,
+			Workers: []ingest.Runner{topic.drain(c, dlq)}, Progress: progress}).Run(t.Context())
+	require.ErrorContains(t, err, "broker down")
+	require.Len(t, topic.recs, 600)
+
+	// The rerun: the broker is back.
+	topic.mu.Lock()
+	topic.failAfter = 0
+	topic.mu.Unlock()
+	c = new(ingest.Counters)
+	s, err := newLoad(t, bulkload.Config{LoadID: id, Chunk: 100, MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
+		bulkload.Ports{File: open(t, path), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: c,
+			Workers: []ingest.Runner{topic.drain(c, dlq)}, Progress: progress}).Run(t.Context())
+	require.NoError(t, err)
+	require.EqualValues(t, 1000, s.RecordsTotal)
+	require.EqualValues(t, 600, s.RecordsSkipped)
+	require.EqualValues(t, 400, s.RecordsProduced)
+	require.Len(t, topic.recs, 1000, "nothing produced twice")
+
+	// Another run of the same, finished load: nothing to produce.
+	s, err = newLoad(t, bulkload.Config{LoadID: id, MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
+		bulkload.Ports{File: open(t, path), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: new(ingest.Counters),
+			Workers: []ingest.Runner{topic.drain(new(ingest.Counters), dlq)}, Progress: progress}).Run(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, s.RecordsProduced)
+	require.Len(t, topic.recs, 1000)
+
+	// While a run holds the load, another is refused.
+	release, err := progress.Claim(t.Context(), id)
+	require.NoError(t, err)
+	_, err = progress.Claim(t.Context(), id)
+	require.ErrorIs(t, err, bulkload.ErrLoadRunning)
+	release()
+}
+
+// More dead letters than the limit stop the load (exit 3 in the CLI).
+func TestLoadStopsPastTheDeadLetterLimit(t *testing.T) {
+	t.Parallel()
+	lines := make([]string, 3000)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"id":"bad%d"}`, i)
+	}
+	// Producing is slower than draining, so the dead letters pile up
+	// while the file is produced.
+	topic, dlq, c := &memTopic{delay: 20 * time.Millisecond}, &memDLQ{}, new(ingest.Counters)
+	s, err := newLoad(t, bulkload.Config{Chunk: 100, MaxDeadLetters: bulkload.DeadLetterLimit{Count: 50}},
+		bulkload.Ports{File: open(t, ndjsonFile(t, lines...)), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: c,
+			Workers: []ingest.Runner{topic.drain(c, dlq)}}).Run(t.Context())
+	require.ErrorIs(t, err, bulkload.ErrTooManyDeadLetters)
+	require.Less(t, s.RecordsProduced, int64(3000), "it stopped producing")
+	require.Greater(t, s.RecordsDeadLettered, int64(50))
+}
+
+// Without in-process workers, progress comes from the group's committed
+// offsets; with no member in the group for SinkTimeout, the load says so.
+func TestLoadWithoutWorkers(t *testing.T) {
+	t.Parallel()
+	lines := make([]string, 200)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"id":"r%d"}`, i)
+	}
+	path := ndjsonFile(t, lines...)
+
+	// A pod drains it.
+	topic, dlq := &memTopic{}, &memDLQ{}
+	ctx, cancel := context.WithCancel(t.Context())
+	pod := make(chan error, 1)
+	go func() { pod <- topic.drain(new(ingest.Counters), dlq).Run(ctx) }()
+	s, err := newLoad(t, bulkload.Config{MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
+		bulkload.Ports{File: open(t, path), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: new(ingest.Counters)}).Run(t.Context())
+	cancel()
+	require.NoError(t, <-pod)
+	require.NoError(t, err)
+	require.EqualValues(t, 200, s.RecordsDelivered, "as the group committed it")
+
+	// Nobody drains it.
+	topic = &memTopic{}
+	_, err = newLoad(t, bulkload.Config{SinkTimeout: 100 * time.Millisecond, MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
+		bulkload.Ports{File: open(t, path), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: new(ingest.Counters)}).Run(t.Context())
+	require.ErrorIs(t, err, bulkload.ErrNoWorkers)
+	require.ErrorContains(t, err, `consumer group "g" has had no live member`)
+}
+
+// The dead-letter file holds every dead letter whole, one JSON object a
+// line, and is created only when there is one.
+func TestDeadLetterFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "dlq.ndjson")
+	f := bulkload.NewDeadLetterFile(path)
+	require.NoError(t, f.Close())
+	_, err := os.Stat(path)
+	require.ErrorIs(t, err, os.ErrNotExist, "no dead letter, no file")
+
+	f = bulkload.NewDeadLetterFile(path)
+	require.NoError(t, f.DeadLetter(t.Context(),
+		ingest.DeadLetter{Record: ingest.Record{ID: "a", Value: []byte(`{"x":1}`), Pos: ingest.Position{Topic: "t", Offset: 7}}, Reason: "HTTP 400"},
+		ingest.DeadLetter{Record: ingest.Record{ID: "b", Value: []byte(`not json`), Pos: ingest.Position{Topic: "t", Offset: -1}}, Reason: "in.csv:3: bad"},
+	))
+	require.NoError(t, f.Close())
+	data, err := os.Open(path)
+	require.NoError(t, err)
+	defer data.Close()
+	var lines []map[string]any
+	sc := bufio.NewScanner(data)
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m))
+		lines = append(lines, m)
+	}
+	require.Equal(t, []map[string]any{
+		{"id": "a", "reason": "HTTP 400", "source": "t/0@7", "value": map[string]any{"x": 1.0}},
+		{"id": "b", "reason": "in.csv:3: bad", "value": "not json"},
+	}, lines)
+}

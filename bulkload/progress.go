@@ -1,0 +1,131 @@
+package bulkload
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrLoadRunning is returned by Progress.Claim when another process is
+// running the same load.
+var ErrLoadRunning = errors.New("bulkload: the same load is running in another process")
+
+// Progress keeps how far a load got, so that a rerun of the same command
+// after a crash produces only what was not produced before.
+type Progress interface {
+	// Claim makes this process the one running load id until release is
+	// called (or the process dies and the claim expires); it fails with
+	// ErrLoadRunning while another process holds it.
+	Claim(ctx context.Context, id string) (release func(), err error)
+	// Resume returns how many rows of the input an earlier run of load id
+	// produced (or dead-lettered): 0 for a new load.
+	Resume(ctx context.Context, id string) (rows int64, err error)
+	// Save records that the first rows rows of the input are done.
+	Save(ctx context.Context, id string, rows int64) error
+}
+
+// LoadID names a load by what it loads where: the topic and the content of
+// its input (its SHA-256 over the input's bytes, as digest gives them), so
+// the same command on the same file resumes and any change starts anew.
+func LoadID(topic string, digest []byte) string {
+	h := sha256.New()
+	h.Write([]byte(topic))
+	h.Write([]byte{0})
+	h.Write(digest)
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// RedisProgress keeps load progress in Redis under "<Prefix>:load:<id>"
+// (rows done, kept for KeepFor after the last save) and claims a load with
+// "<Prefix>:load:<id>:owner" (a key with a ClaimTTL, refreshed while the
+// process runs, so a crashed run's claim lapses within ClaimTTL).
+type RedisProgress struct {
+	Client redis.UniversalClient
+	// Prefix starts the keys. Default "sluice".
+	Prefix string
+	// KeepFor is how long progress is kept after the last save. Default 7
+	// days.
+	KeepFor time.Duration
+	// ClaimTTL is how long a claim outlives its last refresh. Default 5 s.
+	ClaimTTL time.Duration
+}
+
+var _ Progress = RedisProgress{}
+
+func (r RedisProgress) key(id string) string {
+	prefix := r.Prefix
+	if prefix == "" {
+		prefix = "sluice"
+	}
+	return prefix + ":load:" + id
+}
+
+// Claim implements Progress.
+func (r RedisProgress) Claim(ctx context.Context, id string) (func(), error) {
+	ttl := r.ClaimTTL
+	if ttl <= 0 {
+		ttl = 5 * time.Second
+	}
+	key := r.key(id) + ":owner"
+	token := strconv.FormatInt(time.Now().UnixNano(), 36)
+	ok, err := r.Client.SetNX(ctx, key, token, ttl).Result()
+	if err != nil {
+		return nil, fmt.Errorf("bulkload: claim load %s: %w", id, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w (load %s; its claim lapses within %s of that process's end)", ErrLoadRunning, id, ttl)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(ttl / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+				defer cancel()
+				if v, err := r.Client.Get(rctx, key).Result(); err == nil && v == token {
+					r.Client.Del(rctx, key)
+				}
+				return
+			case <-tick.C:
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl/3)
+				r.Client.Expire(rctx, key, ttl)
+				cancel()
+			}
+		}
+	}()
+	return func() { close(stop); <-done }, nil
+}
+
+// Resume implements Progress.
+func (r RedisProgress) Resume(ctx context.Context, id string) (int64, error) {
+	n, err := r.Client.Get(ctx, r.key(id)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("bulkload: read the progress of load %s: %w", id, err)
+	}
+	return n, nil
+}
+
+// Save implements Progress.
+func (r RedisProgress) Save(ctx context.Context, id string, rows int64) error {
+	keep := r.KeepFor
+	if keep <= 0 {
+		keep = 7 * 24 * time.Hour
+	}
+	if err := r.Client.Set(ctx, r.key(id), rows, keep).Err(); err != nil {
+		return fmt.Errorf("bulkload: save the progress of load %s: %w", id, err)
+	}
+	return nil
+}
