@@ -175,7 +175,7 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 	produceDone := make(chan struct{})
 	go func() {
 		defer close(produceDone)
-		p, err := Produce(workCtx, l.p.File, l.p.Producer, l.p.DeadLetters, ProduceConfig{
+		p, err := Produce(gctx, l.p.File, l.p.Producer, l.p.DeadLetters, ProduceConfig{
 			Topic: l.cfg.Topic, Chunk: l.cfg.Chunk, IDField: l.cfg.IDField, Skip: skip, Logger: l.cfg.Logger,
 			Acked: func(ctx context.Context, p Produced) error {
 				mu.Lock()
@@ -195,7 +195,8 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 		mu.Unlock()
 		produceErr <- err
 	}()
-	err = l.await(workCtx, start, produceErr, func() Produced { mu.Lock(); defer mu.Unlock(); return produced }, prog)
+	// gctx ends when a worker gives up (its error is the cause) or ctx does.
+	err = l.await(gctx, start, produceErr, func() Produced { mu.Lock(); defer mu.Unlock(); return produced }, prog)
 	if err != nil {
 		stop(err)
 	} else {

@@ -216,7 +216,7 @@ func TestLoadResumesFromItsProgress(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = client.Close() })
-	progress := bulkload.RedisProgress{Client: client}
+	progress := bulkload.RedisProgress{Client: client, ClaimTTL: 300 * time.Millisecond}
 	lines := make([]string, 1000)
 	for i := range lines {
 		lines[i] = fmt.Sprintf(`{"id":"r%d"}`, i)

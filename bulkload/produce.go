@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"slices"
 
 	"github.com/sluicehq/sluice/ingest"
 )
@@ -138,7 +139,7 @@ func Produce(ctx context.Context, rows Rows, p ingest.Producer, dlq ingest.DeadL
 		_, _ = h.Write([]byte(rec.ID))
 		if _, seen := ids[h.Sum64()]; seen {
 			out.DuplicateIDs++
-			if len(out.DuplicateIDExamples) < maxIDExamples {
+			if len(out.DuplicateIDExamples) < maxIDExamples && !slices.Contains(out.DuplicateIDExamples, rec.ID) {
 				out.DuplicateIDExamples = append(out.DuplicateIDExamples, rec.ID)
 			}
 		} else {

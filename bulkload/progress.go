@@ -20,8 +20,9 @@ var ErrLoadRunning = errors.New("bulkload: the same load is running in another p
 // after a crash produces only what was not produced before.
 type Progress interface {
 	// Claim makes this process the one running load id until release is
-	// called (or the process dies and the claim expires); it fails with
-	// ErrLoadRunning while another process holds it.
+	// called (or the process dies and the claim expires); it waits for the
+	// claim of a process that just died to lapse, and fails with
+	// ErrLoadRunning when another process holds it alive.
 	Claim(ctx context.Context, id string) (release func(), err error)
 	// Resume returns how many rows of the input an earlier run of load id
 	// produced (or dead-lettered): 0 for a new load.
@@ -44,7 +45,8 @@ func LoadID(topic string, digest []byte) string {
 // RedisProgress keeps load progress in Redis under "<Prefix>:load:<id>"
 // (rows done, kept for KeepFor after the last save) and claims a load with
 // "<Prefix>:load:<id>:owner" (a key with a ClaimTTL, refreshed while the
-// process runs, so a crashed run's claim lapses within ClaimTTL).
+// process runs, so a crashed run's claim lapses within ClaimTTL; Claim
+// waits up to twice that for it).
 type RedisProgress struct {
 	Client redis.UniversalClient
 	// Prefix starts the keys. Default "sluice".
@@ -74,12 +76,25 @@ func (r RedisProgress) Claim(ctx context.Context, id string) (func(), error) {
 	}
 	key := r.key(id) + ":owner"
 	token := strconv.FormatInt(time.Now().UnixNano(), 36)
-	ok, err := r.Client.SetNX(ctx, key, token, ttl).Result()
-	if err != nil {
-		return nil, fmt.Errorf("bulkload: claim load %s: %w", id, err)
-	}
-	if !ok {
-		return nil, fmt.Errorf("%w (load %s; its claim lapses within %s of that process's end)", ErrLoadRunning, id, ttl)
+	// A run that crashed a moment ago still holds the claim: wait for it
+	// to lapse; one that keeps refreshing it is alive.
+	deadline := time.Now().Add(2 * ttl)
+	for {
+		ok, err := r.Client.SetNX(ctx, key, token, ttl).Result()
+		if err != nil {
+			return nil, fmt.Errorf("bulkload: claim load %s: %w", id, err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w (load %s)", ErrLoadRunning, id)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(ttl / 10):
+		}
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
