@@ -78,7 +78,7 @@ func OpenFile(path, format, idField string) (*FileReader, error) {
 		f.header = append([]string(nil), header...)
 		f.header[0] = strings.TrimPrefix(f.header[0], "\ufeff")
 		f.csv.FieldsPerRecord = len(f.header)
-		if idField != "" && !contains(f.header, idField) {
+		if idField != "" && !slices.Contains(f.header, idField) {
 			return nil, fmt.Errorf("%s: --id-field %q is not a column (columns: %s)", path, idField, strings.Join(f.header, ", "))
 		}
 	case "ndjson":
@@ -87,15 +87,6 @@ func OpenFile(path, format, idField string) (*FileReader, error) {
 		return nil, fmt.Errorf("%s: unknown format %q (want csv or ndjson)", path, format)
 	}
 	return f, nil
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // Next returns the next record with Value, ID and Key (= ID) set, a

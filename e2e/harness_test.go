@@ -53,7 +53,7 @@ func newEnv(t testing.TB, capacity, partitions int, ttl time.Duration, simArgs .
 	t.Helper()
 	e := &env{
 		t:        t,
-		name:     fmt.Sprintf("e2e-%s-%d", strings.ToLower(t.Name()), rand.IntN(1_000_000)),
+		name:     fmt.Sprintf("e2e-%s-%d", resourceName(t.Name()), rand.IntN(1_000_000)),
 		redis:    redisAddr,
 		capacity: capacity,
 		parts:    partitions,
@@ -74,6 +74,21 @@ func (e *env) startSim(args ...string) {
 	e.start("sim-"+e.name, append([]string{"sink-sim", "--listen", addr, "--capacity", fmt.Sprint(e.capacity)}, args...)...)
 	e.sim = "http://" + addr
 	require.Eventually(e.t, func() bool { _, err := e.simStats(); return err == nil }, 10*time.Second, 20*time.Millisecond, "sink emulator did not start")
+}
+
+// resourceName turns a test's name into one that is valid as a Kafka topic,
+// a Redis key part and a file name: subtests' slashes and spaces become
+// dashes.
+func resourceName(test string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r - 'A' + 'a'
+		}
+		return '-'
+	}, test)
 }
 
 func freeAddr(t testing.TB) string {

@@ -25,7 +25,7 @@ const pingTimeout = 5 * time.Second
 // RedisConfig says how to reach the Redis that holds the pools: managed
 // Redis (ElastiCache with AUTH or ACL users and in-transit encryption,
 // Azure Cache for Redis, Redis Cloud) or a self-run one with Sentinel.
-// NewRedisClients validates it and builds the go-redis clients that New,
+// OpenRedis validates it and builds the go-redis clients that New,
 // EnsurePool, SetPool and Status take.
 //
 // Give either Addrs or SentinelMaster with SentinelAddrs. String,
@@ -69,7 +69,7 @@ type RedisConfig struct {
 	// InsecureSkipVerify accepts any server certificate. For tests only.
 	InsecureSkipVerify bool
 	// SentinelMaster is the name of the master Redis Sentinel monitors
-	// ("mymaster"). With it, NewRedisClients returns one go-redis failover
+	// ("mymaster"). With it, OpenRedis returns one go-redis failover
 	// client that asks SentinelAddrs for the master and follows it through
 	// failovers.
 	SentinelMaster string
@@ -156,13 +156,13 @@ func redactAddr(addr string) string {
 	return u.Redacted()
 }
 
-// NewRedisClients validates cfg, reads its certificate files and returns
+// OpenRedis validates cfg, reads its certificate files and returns
 // its go-redis clients: one per address of Addrs (independent masters, in
 // order), or one failover client for SentinelMaster. It does not connect;
 // call PingRedis to check the connections at start-up. Errors wrap
 // ErrInvalidConfig, name the address at fault (with its password
 // redacted) and never hold a password. The caller closes the clients.
-func NewRedisClients(cfg RedisConfig) ([]redis.UniversalClient, error) {
+func OpenRedis(cfg RedisConfig) ([]redis.UniversalClient, error) {
 	var base *tls.Config
 	if cfg.tlsOn() {
 		var err error

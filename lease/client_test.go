@@ -54,7 +54,7 @@ func closeAll(t *testing.T, clients []redis.UniversalClient) {
 	})
 }
 
-func TestNewRedisClientsValidates(t *testing.T) {
+func TestOpenRedisValidates(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cert, _ := writeCert(t, dir)
@@ -81,7 +81,7 @@ func TestNewRedisClientsValidates(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := NewRedisClients(tc.cfg)
+			_, err := OpenRedis(tc.cfg)
 			require.ErrorIs(t, err, ErrInvalidConfig)
 			require.ErrorContains(t, err, tc.want)
 			require.NotContains(t, err.Error(), secret)
@@ -89,10 +89,10 @@ func TestNewRedisClientsValidates(t *testing.T) {
 	}
 }
 
-func TestNewRedisClientsOptions(t *testing.T) {
+func TestOpenRedisOptions(t *testing.T) {
 	t.Parallel()
 	cert, key := writeCert(t, t.TempDir())
-	clients, err := NewRedisClients(RedisConfig{
+	clients, err := OpenRedis(RedisConfig{
 		Addrs: []string{
 			"h1:6379",
 			"redis://url-user:url-pw@h2:6380/3",
@@ -106,7 +106,7 @@ func TestNewRedisClientsOptions(t *testing.T) {
 	require.ErrorContains(t, err, "redis address 2 of 4")
 	require.Nil(t, clients)
 
-	clients, err = NewRedisClients(RedisConfig{
+	clients, err = OpenRedis(RedisConfig{
 		Addrs:    []string{"h1:6379", "redis://url-user:url-pw@h2:6380/3", "redis://url-user@h3:6381"},
 		Username: "cfg-user", Password: "cfg-pw", DB: 2,
 	})
@@ -123,7 +123,7 @@ func TestNewRedisClientsOptions(t *testing.T) {
 	require.Equal(t, []string{"url-user", "cfg-pw"}, []string{o[2].Username, o[2].Password}, "the password fills in where the URL has none")
 	require.Equal(t, 0, o[2].DB, "a URL names its database")
 
-	clients, err = NewRedisClients(RedisConfig{
+	clients, err = OpenRedis(RedisConfig{
 		Addrs:  []string{"h1:6379", "rediss://u@h3:6381", "rediss://h4:6382?skip_verify=true"},
 		CAFile: cert, CertFile: cert, KeyFile: key,
 	})
@@ -138,12 +138,12 @@ func TestNewRedisClientsOptions(t *testing.T) {
 	}
 	require.Equal(t, "h3", clients[1].(*redis.Client).Options().TLSConfig.ServerName)
 
-	clients, err = NewRedisClients(RedisConfig{Addrs: []string{"rediss://h3:6381"}, ServerName: "cache.example.com"})
+	clients, err = OpenRedis(RedisConfig{Addrs: []string{"rediss://h3:6381"}, ServerName: "cache.example.com"})
 	require.NoError(t, err)
 	closeAll(t, clients)
 	require.Equal(t, "cache.example.com", clients[0].(*redis.Client).Options().TLSConfig.ServerName)
 
-	clients, err = NewRedisClients(RedisConfig{SentinelMaster: "m", SentinelAddrs: []string{"s1:26379", "s2:26379"}, Username: "u", Password: secret})
+	clients, err = OpenRedis(RedisConfig{SentinelMaster: "m", SentinelAddrs: []string{"s1:26379", "s2:26379"}, Username: "u", Password: secret})
 	require.NoError(t, err)
 	closeAll(t, clients)
 	require.Len(t, clients, 1)
@@ -182,7 +182,7 @@ func TestPingRedis(t *testing.T) {
 	ctx := context.Background()
 
 	ping := func(cfg RedisConfig) error {
-		clients, err := NewRedisClients(cfg)
+		clients, err := OpenRedis(cfg)
 		require.NoError(t, err)
 		closeAll(t, clients)
 		return PingRedis(ctx, clients...)

@@ -135,7 +135,7 @@
 // environment or a file; a URL's own credentials win); a CA file, a client
 // certificate and key, a server name for TLS; or a Sentinel master name
 // and Sentinel addresses instead of addresses, for go-redis's failover
-// client. NewRedisClients validates it and returns the
+// client. OpenRedis validates it and returns the
 // []redis.UniversalClient that New, EnsurePool, SetPool and Status take;
 // PingRedis checks them at start-up and returns *RedisError values that
 // name each address (passwords redacted) and say "authentication failed"

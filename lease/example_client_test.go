@@ -9,12 +9,12 @@ import (
 // Clients for a managed Redis reached over TLS as an ACL user, the
 // password kept apart from the URL (read from the environment or a file
 // by the caller). lease.PingRedis(ctx, clients...) checks them at start-up.
-func ExampleNewRedisClients() {
+func ExampleOpenRedis() {
 	cfg := lease.RedisConfig{
 		Addrs:    []string{"rediss://sluice@cache.example.com:6380/0"},
 		Password: "from-SLUICE_REDIS_PASSWORD",
 	}
-	clients, err := lease.NewRedisClients(cfg)
+	clients, err := lease.OpenRedis(cfg)
 	if err != nil {
 		panic(err)
 	}
@@ -25,7 +25,7 @@ func ExampleNewRedisClients() {
 	}()
 	fmt.Println(len(clients), cfg)
 
-	_, err = lease.NewRedisClients(lease.RedisConfig{Addrs: []string{"redis://sluice:s3cret@cache:6379"}, TLS: true})
+	_, err = lease.OpenRedis(lease.RedisConfig{Addrs: []string{"redis://sluice:s3cret@cache:6379"}, TLS: true})
 	fmt.Println(err)
 	// Output:
 	// 1 redis rediss://sluice@cache.example.com:6380/0, password set

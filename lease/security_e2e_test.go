@@ -79,7 +79,7 @@ func securePrefix(t *testing.T) string { return "sluice:" + uniquePrefix(t) }
 
 func newRedisClients(t *testing.T, cfg RedisConfig) []redis.UniversalClient {
 	t.Helper()
-	clients, err := NewRedisClients(cfg)
+	clients, err := OpenRedis(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		for _, c := range clients {

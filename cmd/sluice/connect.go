@@ -130,7 +130,7 @@ func redisConfig(c *cli.Context) (lease.RedisConfig, error) {
 // quorum answers with the credentials given: a wrong password fails the
 // command at start-up (exit 1) instead of being retried silently.
 func connectRedis(ctx context.Context, cfg lease.RedisConfig) ([]redis.UniversalClient, error) {
-	clients, err := lease.NewRedisClients(cfg)
+	clients, err := lease.OpenRedis(cfg)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("--redis-*: %w", err))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
+	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/bulkload"
 )
@@ -150,3 +151,5 @@ func TestEveryFlagHasAnEnvVar(t *testing.T) {
 		}
 	}
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,151 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	"github.com/redis/go-redis/v9"
+)
+
+// reclaimScript deletes KEYS[1] if it holds a lock of the worker ARGV[1]
+// ("<worker>/<token>").
+var reclaimScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. '/' then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+// reclaim frees the partitions an earlier process with this worker's ID
+// still holds (a crashed run of the same bulk load, say), so the worker
+// need not wait out their TTL. Worker IDs are unique among live processes,
+// so such a lease belongs to a process that is gone.
+func (m *Manager) reclaim(ctx context.Context) {
+	parts := m.partitionsNow()
+	names := make([]string, parts)
+	for p := range parts {
+		names[p] = m.keys.partition(p)
+	}
+	var freed atomic.Int64
+	m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		vals, err := c.MGet(ctx, names...).Result()
+		if err != nil {
+			return err
+		}
+		for i, v := range vals {
+			if s, ok := v.(string); ok && holderOf(s) == m.cfg.WorkerID {
+				n, err := reclaimScript.Run(ctx, c, []string{names[i]}, m.cfg.WorkerID).Int()
+				if err != nil {
+					return err
+				}
+				freed.Add(int64(n))
+			}
+		}
+		return nil
+	}, "lease_reclaim", "reclaiming this worker's earlier leases failed")
+	if n := freed.Load(); n > 0 {
+		m.log.Info("took back the leases an earlier process with this worker ID held", "partitions", n)
+	}
+}
+
+// acquire tries to lock up to n partitions this worker does not hold,
+// those that look free first, in random order, n at a time, one try each.
+func (m *Manager) acquire(ctx context.Context, n int) {
+	cands := m.candidates(ctx)
+	for n > 0 && len(cands) > 0 && ctx.Err() == nil {
+		batch := cands[:min(n, len(cands))]
+		cands = cands[len(batch):]
+		got := make([]*held, len(batch))
+		var wg sync.WaitGroup
+		for i, p := range batch {
+			wg.Go(func() { got[i] = m.tryLock(ctx, p) })
+		}
+		wg.Wait()
+		for _, h := range got {
+			if h != nil {
+				n--
+			}
+		}
+	}
+}
+
+// tryLock makes one attempt at partition p and, on success, starts counting
+// it.
+func (m *Manager) tryLock(ctx context.Context, p int) *held {
+	mu := m.rs.NewMutex(m.keys.partition(p),
+		redsync.WithExpiry(m.cfg.Pool.TTL),
+		redsync.WithTries(1),
+		redsync.WithGenValueFunc(m.lockValue),
+	)
+	start := time.Now()
+	if err := mu.TryLockContext(ctx); err != nil {
+		m.events.failed.Add(1)
+		if re := (*redsync.RedisError)(nil); errors.As(err, &re) && ctx.Err() == nil {
+			m.logErr("lease_acquire", "lease acquire failed", err, "partition", p)
+		}
+		return nil
+	}
+	h := &held{partition: p, mutex: mu, renewedAt: start}
+	m.mu.Lock()
+	now := time.Now()
+	h.count = span{from: now, to: m.countEnd(p, mu.Until().Add(-m.cfg.Margin), now)}
+	ok := now.Before(h.count.to)
+	if ok {
+		m.held[p] = h
+	}
+	m.mu.Unlock()
+	if !ok { // too slow to be worth anything
+		m.unlock(ctx, []*held{h})
+		return nil
+	}
+	m.events.acquired.Add(1)
+	m.log.Debug("lease acquired", "partition", p)
+	return h
+}
+
+func (m *Manager) lockValue() (string, error) {
+	return m.cfg.WorkerID + "/" + randomHex(16), nil
+}
+
+// candidates returns the partitions not held, shuffled, those that look
+// free in the first Redis first; those that look taken are left out unless
+// the lookup failed.
+func (m *Manager) candidates(ctx context.Context) []int {
+	m.mu.Lock()
+	var all []int
+	for p := range m.sched.partitions(time.Now()) {
+		if _, ok := m.held[p]; !ok {
+			all = append(all, p)
+		}
+	}
+	m.mu.Unlock()
+	mrand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	names := make([]string, len(all))
+	for i, p := range all {
+		names[i] = m.keys.partition(p)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.opTimeout)
+	defer cancel()
+	vals, err := m.clients[0].MGet(cctx, names...).Result()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.logErr("lease_lookup", "partition lookup failed", err)
+		}
+		return all
+	}
+	free := all[:0]
+	for i, p := range all {
+		if vals[i] == nil {
+			free = append(free, p)
+		}
+	}
+	return free
+}
