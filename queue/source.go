@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/ingest"
 )
@@ -291,7 +292,7 @@ func (s *Source) InFlight() int { return s.tracker.inFlight() }
 func (s *Source) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.cfg.CommitInterval)
 	defer tick.Stop()
-	errLog := newErrLogLimiter(5 * time.Second)
+	errLog := rate.Sometimes{Interval: 5 * time.Second}
 	for {
 		select {
 		case <-ctx.Done():
@@ -307,8 +308,10 @@ func (s *Source) Run(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CommitTimeout)
 		err := errors.Join(s.confirmAssignment(cctx), s.commit(cctx))
 		cancel()
-		if err != nil && ctx.Err() == nil && errLog.allow() {
-			s.log.Warn("commit failed, retrying at the next interval", "err", err, "in_flight", s.tracker.inFlight())
+		if err != nil && ctx.Err() == nil {
+			errLog.Do(func() {
+				s.log.Warn("commit failed, retrying at the next interval", "err", err, "in_flight", s.tracker.inFlight())
+			})
 		}
 	}
 }
@@ -418,7 +421,7 @@ func closeBounded(close func() error, timeout time.Duration, what string) error 
 
 // kafkaLogger adapts kafka-go's printf logging to slog at level.
 func kafkaLogger(log *slog.Logger, level slog.Level) kafka.LoggerFunc {
-	limit := newErrLogLimiter(5 * time.Second)
+	limit := &rate.Sometimes{Interval: 5 * time.Second}
 	return func(format string, args ...any) {
 		if !log.Enabled(context.Background(), level) {
 			return
@@ -428,29 +431,11 @@ func kafkaLogger(log *slog.Logger, level slog.Level) kafka.LoggerFunc {
 				return // shutting down
 			}
 		}
-		if level >= slog.LevelWarn && !limit.allow() {
+		line := func() { log.Log(context.Background(), level, "kafka client", "detail", fmt.Sprintf(format, args...)) }
+		if level >= slog.LevelWarn {
+			limit.Do(line) // a broker that is down repeats itself every few milliseconds
 			return
 		}
-		log.Log(context.Background(), level, "kafka client", "detail", fmt.Sprintf(format, args...))
+		line()
 	}
-}
-
-// errLogLimiter lets one log line through per interval.
-type errLogLimiter struct {
-	every time.Duration
-	mu    sync.Mutex
-	next  time.Time
-}
-
-func newErrLogLimiter(every time.Duration) *errLogLimiter { return &errLogLimiter{every: every} }
-
-func (l *errLogLimiter) allow() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if now.Before(l.next) {
-		return false
-	}
-	l.next = now.Add(l.every)
-	return true
 }

@@ -62,7 +62,7 @@ func TestLoadTypesErrors(t *testing.T) {
 		{"empty", "types: {}\n", "no types"},
 		{"pool without capacity", "pools:\n  p: {partitions: 2}\ntypes:\n  a: {topic: t, pool: p}\n", `pool "p": capacity must be a finite number > 0`},
 		{"pool with a bad unit", "pools:\n  p: {capacity: 5, unit: RU}\ntypes:\n  a: {topic: t}\n", `unknown unit "RU"`},
-		{"bad sink key", "types:\n  a:\n    topic: t\n    sink_key: {template: \"{id}\", strategy: zigzag}\n", `type "a": ingest: sink key rule: unknown strategy "zigzag"`},
+		{"bad sink key", "types:\n  a:\n    topic: t\n    sink_key: {template: \"{id}\", strategy: zigzag}\n", `type "a": recordtype: sink key rule: unknown strategy "zigzag"`},
 		{"pool with a bad TTL", "pools:\n  p: {capacity: 5, lease_ttl: soon}\ntypes:\n  a: {topic: t}\n", "line 2"},
 	}
 	for _, tt := range tests {

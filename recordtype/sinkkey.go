@@ -18,7 +18,7 @@ import (
 )
 
 // ErrSinkKey is wrapped by every error NewSinkKey returns about a rule.
-var ErrSinkKey = errors.New("ingest: sink key rule")
+var ErrSinkKey = errors.New("recordtype: sink key rule")
 
 // SinkKey builds the key a sink stores a record under from the record's
 // fields, then applies a strategy that spreads keys which grow monotonically
