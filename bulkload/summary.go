@@ -15,7 +15,9 @@ import (
 // Summary is the outcome of a bulk load, as written by --summary-json.
 // Counts are records unless named otherwise; units are the pool's unit.
 // For a load this run did whole, RecordsDelivered + DuplicatesAtSink +
-// RecordsDeadLettered = RecordsTotal − DuplicateIDsInInput.
+// RecordsDeadLettered = RecordsTotal: a row whose ID an earlier row had
+// reaches the sink as a redelivery and counts among DuplicatesAtSink, and
+// DuplicateIDs says how many of those the input itself repeated.
 type Summary struct {
 	LoadID              string   `json:"load_id,omitempty"`      // the load's identity (topic and input content)
 	RecordsTotal        int64    `json:"records_total"`          // rows or lines read from the input

@@ -362,8 +362,36 @@ func TestPipelinePausesOnSinkWideFailures(t *testing.T) {
 						return ingest.Result{Outcome: ingest.Delivered}
 					}
 				}
+				// Readiness, sampled every second: not ready once the pause
+				// has lasted ReadyAfter (30 s), ready again once it ends.
+				var notReady []string
+				stop := make(chan struct{})
+				sampled := make(chan struct{})
+				go func() {
+					defer close(sampled)
+					for {
+						select {
+						case <-stop:
+							return
+						case <-time.After(time.Second):
+						}
+						if err := r.p.Ready(); err != nil {
+							notReady = append(notReady, err.Error())
+						}
+					}
+				}()
 				took, err := r.run(t, 5*time.Minute)
+				close(stop)
+				<-sampled
 				require.NoError(t, err)
+				require.NoError(t, r.p.Ready(), "ready again after recovery")
+				if tt.until > ingest.DefaultReadyAfter {
+					require.NotEmpty(t, notReady, "not ready while paused longer than ReadyAfter")
+					require.Contains(t, notReady[0], "the sink is paused")
+					require.InDelta(t, (tt.until - ingest.DefaultReadyAfter).Seconds(), float64(len(notReady)), 3)
+				} else {
+					require.Empty(t, notReady, "a pause shorter than ReadyAfter leaves the worker ready")
+				}
 				require.Zero(t, r.dlq.len(), "nothing dead-lettered")
 				require.Len(t, r.sink.stored, 300, "every record once after recovery")
 				for id, n := range r.sink.stored {

@@ -11,6 +11,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +68,60 @@ func TestHTTPSinkHeadersIdempotencyKeyAndNDJSON(t *testing.T) {
 	require.Len(t, first.key, 32)
 	require.Equal(t, first.key, second.key, "a retried batch carries the same key")
 	require.NotEqual(t, first.key, batchKey([]ingest.Record{{ID: "b"}}))
+}
+
+// A service that dedupes by the Idempotency-Key header alone (not by record
+// ID) stores each record once although every first answer is lost after the
+// batch was stored: each retry of a batch carries its first attempt's key,
+// and the service answers it from what it stored.
+func TestHTTPSinkRetriesStoreOnceAtAKeyDedupingService(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	stored := map[string]int{}            // record ID → times stored
+	answered := map[string]WireResponse{} // idempotency key → the answer given
+	hs := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var batch []WireRecord
+		if err := json.NewDecoder(r.Body).Decode(&batch); err != nil {
+			writeJSON(w, http.StatusBadRequest, WireResponse{Error: err.Error()})
+			return
+		}
+		key := r.Header.Get(HeaderIdempotencyKey)
+		mu.Lock()
+		defer mu.Unlock()
+		if prev, ok := answered[key]; ok {
+			writeJSON(w, http.StatusOK, prev) // a replay: nothing stored again
+			return
+		}
+		var res WireResponse
+		for _, rec := range batch {
+			stored[rec.ID]++
+			res.Results = append(res.Results, WireResult{ID: rec.ID, Status: StatusStored})
+		}
+		answered[key] = res
+		writeJSON(w, http.StatusBadGateway, WireResponse{Error: "upstream answer lost"}) // stored, but the client never hears
+	}))
+	var recs []ingest.Record
+	for i := range 250 {
+		recs = append(recs, ingest.Record{ID: fmt.Sprintf("quake-%03d", i), Value: []byte(`{"mag":1.5}`)})
+	}
+	for batch := range slices.Chunk(recs, 100) {
+		_, err := hs.Write(t.Context(), batch)
+		var se *ingest.SinkError
+		require.ErrorAs(t, err, &se, "the first answer is lost")
+		res, err := hs.Write(t.Context(), batch) // the pipeline retries a failed request whole
+		require.NoError(t, err)
+		require.Len(t, res, len(batch))
+		for _, r := range res {
+			require.Equal(t, ingest.Delivered, r.Outcome)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, stored, len(recs))
+	for id, n := range stored {
+		require.Equal(t, 1, n, "record %s stored %d times", id, n)
+	}
+	require.Len(t, answered, 3, "one key per batch, the same on its retry")
 }
 
 // Every status a service may answer a whole request with, against an
