@@ -21,7 +21,8 @@ type member interface {
 // progress is a member's running totals.
 type progress struct {
 	finished, attempts, throttled, requests int64
-	first, last                             time.Time // first fetch, last finished record
+	first, last                             time.Time     // first fetch, last finished record
+	guardMin, guardFinal                    time.Duration // the guard in effect (sluice workers)
 }
 
 // outcome is what a job measured.

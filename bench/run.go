@@ -184,6 +184,35 @@ func (r *runner) trial(ctx context.Context, simCfg sinksim.Config, timeout time.
 	return trial{out: out, snap: sim.sim.Snapshot(true), members: members}, nil
 }
 
+// rateCols are the rate promise from both sides: the most units sent in
+// any sliding second (all members), the most the sink accepted in any
+// sliding second and 200 ms (÷ capacity and ÷ one slice of it), and, for
+// sluice, the guard in effect (least and latest over the workers).
+func rateCols(t trial, capacity float64) []Col {
+	cols := []Col{
+		{Name: "send_max_1s", Ideal: "≤ 1.000", Value: float64(sendMax(t.members, time.Second)) / capacity, Digits: 3},
+		{Name: "max_1s_window", Ideal: "≤ 1.000", Value: float64(t.snap.MaxUnits1s) / capacity, Digits: 3},
+		{Name: "max_200ms_per_slice", Ideal: "≤ 1.1", Value: float64(t.snap.MaxUnits200ms) / (capacity * slice.Seconds()), Digits: 2},
+	}
+	var guardMin, guardFinal time.Duration
+	sluice := false
+	for i, p := range t.out.members {
+		if _, ok := t.members[i].(*sluiceWorker); !ok {
+			continue
+		}
+		if !sluice || p.guardMin < guardMin {
+			guardMin = p.guardMin
+		}
+		sluice, guardFinal = true, max(guardFinal, p.guardFinal)
+	}
+	if sluice {
+		cols = append(cols,
+			Col{Name: "guard_min_ms", Value: guardMin.Seconds() * 1000, Digits: 1},
+			Col{Name: "guard_final_ms", Value: guardFinal.Seconds() * 1000, Digits: 1})
+	}
+	return cols
+}
+
 // sluiceMembers builds one sluice worker per spec in one pool, leasing
 // ahead and starting together once their groups are stable.
 func (r *runner) sluiceMembers(ctx context.Context, specs []workerSpec, pool pool, pricing ingest.Pricing) build {

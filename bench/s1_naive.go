@@ -50,15 +50,14 @@ func (r *runner) scenario1(ctx context.Context) ([]Scenario, error) {
 			if i == 0 {
 				r.addLine("s1", alt.name, t.snap.UnitsPer200ms, capacity)
 			}
-			reps = append(reps, Entry{Alternative: alt.name, Reps: 1, Cols: []Col{
+			reps = append(reps, Entry{Alternative: alt.name, Reps: 1, Cols: append([]Col{
 				{Name: "records", Value: float64(t.out.records)},
 				{Name: "sink_record_attempts", Ideal: fmt.Sprint(records), Value: float64(t.snap.Records)},
 				{Name: "throttled_429", Ideal: "0", Value: float64(t.snap.Throttled)},
 				{Name: "ideal_s", Value: ideal.Seconds(), Digits: 2},
 				{Name: "elapsed_s", Value: t.out.elapsed.Seconds(), Digits: 2},
 				{Name: "utilization", Ideal: "1.000", Value: utilization(ideal, t.out.elapsed), Digits: 3},
-				{Name: "max_1s_window", Ideal: "≤ 1.000", Value: float64(t.snap.MaxUnits1s) / capacity, Digits: 3},
-			}})
+			}, rateCols(t, capacity)...)})
 			r.log.Info("run done", "scenario", 1, "alternative", alt.name, "rep", i+1, "elapsed_s", t.out.elapsed.Seconds(), "throttled", t.snap.Throttled)
 		}
 		sc.Entries = append(sc.Entries, median(reps))

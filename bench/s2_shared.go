@@ -67,7 +67,7 @@ func (r *runner) scenario2(ctx context.Context) ([]Scenario, error) {
 					{name: "B (5,000)", per200ms: t.members[1].timeline().series(200 * time.Millisecond)},
 				})
 			}
-			reps = append(reps, Entry{Alternative: alt.name, Reps: 1, Cols: []Col{
+			reps = append(reps, Entry{Alternative: alt.name, Reps: 1, Cols: append([]Col{
 				{Name: "records", Value: float64(t.out.records)},
 				{Name: "a_share_while_both", Ideal: "0.500", Value: float64(aUnits) / float64(max(aUnits+bUnits, 1)), Digits: 3},
 				{Name: "b_done_s", Ideal: "20.0", Value: bDone.Seconds(), Digits: 1},
@@ -75,9 +75,8 @@ func (r *runner) scenario2(ctx context.Context) ([]Scenario, error) {
 				{Name: "ideal_s", Value: ideal.Seconds(), Digits: 2},
 				{Name: "elapsed_s", Value: t.out.elapsed.Seconds(), Digits: 2},
 				{Name: "utilization", Ideal: "1.000", Value: utilization(ideal, t.out.elapsed), Digits: 3},
-				{Name: "max_1s_window", Ideal: "≤ 1.000", Value: float64(t.snap.MaxUnits1s) / capacity, Digits: 3},
 				{Name: "throttled_429", Ideal: "0", Value: float64(t.snap.Throttled)},
-			}, Extra: map[string]any{"per_second_a": trimZeros(a), "per_second_b": trimZeros(b)}})
+			}, rateCols(t, capacity)...), Extra: map[string]any{"per_second_a": trimZeros(a), "per_second_b": trimZeros(b)}})
 			r.log.Info("run done", "scenario", 2, "alternative", alt.name, "rep", i+1, "elapsed_s", t.out.elapsed.Seconds())
 		}
 		sc.Entries = append(sc.Entries, median(reps))

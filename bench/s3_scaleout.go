@@ -71,10 +71,10 @@ func (r *runner) scaleEntry(ctx context.Context, s *scaleSetup, alt, chart strin
 			{Name: "ideal_s", Value: ideal.Seconds(), Digits: 2},
 			{Name: "elapsed_s", Value: t.out.elapsed.Seconds(), Digits: 2},
 			{Name: "utilization", Ideal: "1.000", Value: utilization(ideal, t.out.elapsed), Digits: 3},
-			{Name: "max_1s_window", Ideal: "≤ 1.000", Value: float64(t.snap.MaxUnits1s) / scaleCapacity, Digits: 3},
 			{Name: "throttled_429", Ideal: "0", Value: float64(t.snap.Throttled)},
 			{Name: "redis_cmds_per_1000_records", Value: per1000(t.out.commands), Digits: 1},
 		}
+		cols = append(cols, rateCols(t, scaleCapacity)...)
 		if alt == "sluice" {
 			cols = append(cols,
 				Col{Name: "lease_attempts", Value: float64(t.out.lockAttempts)},

@@ -92,7 +92,8 @@ func (w *sluiceWorker) run(ctx context.Context) error {
 
 func (w *sluiceWorker) progress() progress {
 	t := w.w.Counters().Totals()
-	return progress{finished: t.Finished(), attempts: t.Attempts, throttled: t.Throttled, requests: t.Requests, first: t.FirstFetch, last: t.LastDone}
+	return progress{finished: t.Finished(), attempts: t.Attempts, throttled: t.Throttled, requests: t.Requests, first: t.FirstFetch, last: t.LastDone,
+		guardMin: t.GuardMin, guardFinal: t.GuardFinal}
 }
 
 func (w *sluiceWorker) redis() *redisProbe { return w.probe }

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +25,13 @@ type tally struct {
 	mu      sync.Mutex
 	buckets []int64
 	last    time.Time // latest acceptance
+	sends   []send    // every write, when it was sent and its units
+}
+
+// send is one write as the worker sent it.
+type send struct {
+	at    time.Duration // since the epoch
+	units int64
 }
 
 var _ ingest.Sink = (*tally)(nil)
@@ -31,6 +40,13 @@ func newTally(next ingest.Sink, epoch time.Time) *tally { return &tally{next: ne
 
 // Write implements ingest.Sink.
 func (t *tally) Write(ctx context.Context, batch []ingest.Record) ([]ingest.Result, error) {
+	var cost int64
+	for _, r := range batch {
+		cost += r.Cost
+	}
+	t.mu.Lock()
+	t.sends = append(t.sends, send{time.Since(t.epoch), cost})
+	t.mu.Unlock()
 	res, err := t.next.Write(ctx, batch)
 	if err != nil {
 		return res, err
@@ -78,4 +94,23 @@ func (t *tally) lastAccepted() time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.last
+}
+
+// sendMax returns the most units the members sent in any sliding window of
+// width, all members together: the send side of the rate promise, beside
+// the sink's own figure.
+func sendMax(members []member, width time.Duration) int64 {
+	var all []send
+	for _, m := range members {
+		t := m.timeline()
+		t.mu.Lock()
+		all = append(all, t.sends...)
+		t.mu.Unlock()
+	}
+	slices.SortStableFunc(all, func(a, b send) int { return cmp.Compare(a.at, b.at) })
+	w := ingest.NewWindow(width)
+	for _, s := range all {
+		w.Add(s.at, s.units)
+	}
+	return w.Max()
 }

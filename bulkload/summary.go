@@ -47,6 +47,11 @@ type Summary struct {
 	MaxUnits200msWindow int64   `json:"max_units_200ms_window"`
 	LatencyP99MS        float64 `json:"send_latency_p99_ms"`
 	LatencyMaxMS        float64 `json:"send_latency_max_ms"`
+	// The guard in effect: the send-to-accept allowance the pacers planned
+	// their slices with (the 90th percentile of the last second's
+	// send→answer latencies, at least --send-guard), least and at the end.
+	GuardMinMS   float64 `json:"send_guard_min_ms"`
+	GuardFinalMS float64 `json:"send_guard_final_ms"`
 	// SinkStats is the sink's own report, when it keeps one.
 	SinkStats *ingest.SinkStats `json:"sink_stats,omitempty"`
 }
@@ -63,6 +68,7 @@ func (l *Load) summary(ctx context.Context, s Summary, p Produced, start map[int
 	s.ElapsedS = t.Elapsed().Seconds()
 	s.SendMaxUnits1s = t.MaxSent1s
 	s.LatencyP99MS, s.LatencyMaxMS = ms(t.LatencyP99), ms(t.LatencyMax)
+	s.GuardMinMS, s.GuardFinalMS = ms(t.GuardMin), ms(t.GuardFinal)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if len(l.p.Workers) == 0 {
@@ -107,13 +113,18 @@ func (s Summary) WriteText(w io.Writer) {
 		s.ElapsedS, s.IdealS, s.CostTotal, s.Unit, s.CapacityUnitsPerS, s.Unit, s.Utilization)
 	fmt.Fprintf(w, "sent         at most %d %s in a 1 s window (%.3f of capacity); answers within %.1f ms (p99), %.1f ms (max)\n",
 		s.SendMaxUnits1s, s.Unit, float64(s.SendMaxUnits1s)/s.CapacityUnitsPerS, s.LatencyP99MS, s.LatencyMaxMS)
+	fmt.Fprintf(w, "guard        each send counted until 1 s after its answer; slices planned for %.1f ms at the end (%.1f ms at least)\n",
+		s.GuardFinalMS, s.GuardMinMS)
 	if s.SinkStats != nil {
 		fmt.Fprintf(w, "peak at sink %d %s in a 1 s window (%.3f of capacity), %d in a 200 ms window\n",
 			s.MaxUnits1sWindow, s.Unit, float64(s.MaxUnits1sWindow)/s.CapacityUnitsPerS, s.MaxUnits200msWindow)
 		if float64(s.MaxUnits1sWindow) > 1.01*s.CapacityUnitsPerS {
-			fmt.Fprintf(w, "             over capacity at the sink although at most %d were sent in any second: the sink counts every client,\n"+
-				"             and sends took up to %.1f ms to be answered (requests accepted late share a second with later ones)\n",
-				s.SendMaxUnits1s, s.LatencyMaxMS)
+			fmt.Fprintf(w, "             over capacity at the sink although at most %d were sent in any second (%.3f of capacity).\n"+
+				"             Each send was counted until 1 s after its answer (answers within %.1f ms), so this process's\n"+
+				"             requests cannot fill a sink-side second beyond what was sent: another client of the sink, a sink\n"+
+				"             that counts a request after answering it, or a fault of the pool (Redis data lost, a paused\n"+
+				"             process) made up the rest.\n",
+				s.SendMaxUnits1s, float64(s.SendMaxUnits1s)/s.CapacityUnitsPerS, s.LatencyMaxMS)
 		}
 	}
 }

@@ -3,10 +3,14 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +119,52 @@ func readOne(t *testing.T, topic string) kafka.Message {
 	msg, err := r.ReadMessage(ctx)
 	require.NoError(t, err, "no dead letter in %s", topic)
 	return msg
+}
+
+// The rate promise judged where the user judges it, with default flags:
+// two and three worker processes drain the USGS file (produced by
+// `bulk-load --workers 0`) from real Kafka under real Redis leases into a
+// sink emulator of 2,000 records/s, SLUICE_E2E_RUNS times each (default 5).
+// In every run no sliding second at the sink holds more than 1.01 × the
+// capacity, no fixed 200 ms after the first second more than 1.1 slices of
+// the pool, and the load takes at most 5 % longer than the ideal.
+func TestSinkSideSecondHoldsWithDefaults(t *testing.T) {
+	runs, err := strconv.Atoi(cmp.Or(os.Getenv("SLUICE_E2E_RUNS"), "5"))
+	require.NoError(t, err, "SLUICE_E2E_RUNS")
+	const capacity = 2000
+	for _, workers := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
+			var seconds, slicesOver, utilizations []float64
+			for run := range runs {
+				e := newEnv(t, capacity, 20, 15*time.Second)
+				for i := range workers {
+					e.worker(fmt.Sprintf("w%d", i+1))
+				}
+				e.awaitGroup(workers)
+				code, out := e.run(3*time.Minute, append(append([]string{"bulk-load", "--workers", "0"}, e.common()...), usgs)...)
+				require.Equal(t, 0, code, out)
+				st := e.awaitAccepted(usgsRecords, time.Minute)
+				require.EqualValues(t, usgsRecords, st.Accepted)
+				require.Zero(t, st.Duplicates)
+				// Fixed 200 ms buckets from the first second after the first
+				// accept on (a sliding window can only be busier; the first
+				// slice of a load goes out at once).
+				var busiest200 int64
+				first := slices.IndexFunc(st.UnitsPer200ms, func(u int64) bool { return u > 0 })
+				for _, u := range st.UnitsPer200ms[min(first+5, len(st.UnitsPer200ms)):] {
+					busiest200 = max(busiest200, u)
+				}
+				utilization := float64(usgsRecords) / capacity / st.LastChargeAt.Sub(st.FirstChargeAt).Seconds()
+				t.Logf("run %d: busiest second %d, busiest 200 ms after the first second %d, utilization %.3f; per 200 ms %v",
+					run+1, st.MaxUnits1s, busiest200, utilization, st.UnitsPer200ms)
+				seconds = append(seconds, float64(st.MaxUnits1s)/capacity)
+				slicesOver = append(slicesOver, float64(busiest200)/(capacity*0.2))
+				utilizations = append(utilizations, utilization)
+				require.LessOrEqual(t, float64(st.MaxUnits1s), 1.01*capacity, "run %d: a sliding second over capacity at the sink", run+1)
+				require.LessOrEqual(t, float64(busiest200), 1.1*capacity*0.2, "run %d: a 200 ms over 1.1 slices", run+1)
+				require.GreaterOrEqual(t, utilization, 0.95, "run %d", run+1)
+			}
+			t.Logf("%d runs: busiest second ÷ capacity %v, busiest 200 ms ÷ slice %v, utilization %v", runs, seconds, slicesOver, utilizations)
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -34,8 +35,13 @@ type Counters struct {
 	lastDone       atomic.Int64 // unix ns of the latest finished record
 
 	mu        sync.Mutex
-	sent      Window          // units sent, by send time since epoch
+	sent      Window          // units sent, by send time since epoch, in order
+	unordered []event         // sends not yet in sent, by time: stamps of several pacers arrive out of order
 	epoch     time.Time       // start of the sent timeline
+	guards    int64           // slices with a budget whose guard was noted
+	guardMin  time.Duration   // the least guard in effect at a slice with a budget
+	guardMax  time.Duration   // the most
+	guardLast time.Duration   // the latest
 	latencies []time.Duration // the latest send→answer latencies, a ring
 	nextLat   int
 	maxLat    time.Duration
@@ -65,6 +71,10 @@ type Totals struct {
 	// time: the send side of the rate promise (the sink's own count is the
 	// other side).
 	MaxSent1s int64
+	// GuardMin, GuardMax and GuardFinal are the least, the most and the
+	// latest send-to-accept allowance the pacers planned a slice with
+	// (ingest.GuardReporter), 0 when they do not report one.
+	GuardMin, GuardMax, GuardFinal time.Duration
 	// LatencyP99 and LatencyMax are the 99th percentile of the latest 1,024
 	// send→answer latencies and the longest seen: how long a request may
 	// take to be accepted after the pacer released it.
@@ -117,8 +127,13 @@ func (c *Counters) Totals() Totals {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t.MaxSent1s = c.sent.Max()
+	sent := c.sent.Clone()
+	for _, e := range c.unordered {
+		sent.Add(e.at, e.units)
+	}
+	t.MaxSent1s = sent.Max()
 	t.LatencyMax = c.maxLat
+	t.GuardMin, t.GuardMax, t.GuardFinal = c.guardMin, c.guardMax, c.guardLast
 	if n := len(c.latencies); n > 0 {
 		sorted := slices.Clone(c.latencies)
 		slices.Sort(sorted)
@@ -155,16 +170,41 @@ func (c *Counters) noteDone(now time.Time) {
 	}
 }
 
-// noteSent counts units sent now, for the send-side busiest second.
-func (c *Counters) noteSent(units int64) {
+// sendReorder is how late a pacer's stamp may reach noteSent after a later
+// stamp of another pacer sharing the Counters and still take its place in
+// the send-side account; a later one counts at the latest time accounted,
+// which can only overstate the busiest second.
+const sendReorder = time.Second
+
+// noteSent counts units the pacer recorded as sent at at, for the
+// send-side busiest second.
+func (c *Counters) noteSent(at time.Time, units int64) {
 	c.unitsSent.Add(units)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now() // under the lock: pipelines sharing c add in order
 	if c.epoch.IsZero() {
-		c.epoch, c.sent = now, NewWindow(time.Second)
+		c.epoch, c.sent = at, NewWindow(time.Second)
 	}
-	c.sent.Add(max(now.Sub(c.epoch), 0), units)
+	e := event{at: max(at.Sub(c.epoch), c.sent.Last()), units: units}
+	i, _ := slices.BinarySearchFunc(c.unordered, e.at, func(x event, at time.Duration) int { return cmp.Compare(x.at, at+1) })
+	c.unordered = slices.Insert(c.unordered, i, e)
+	newest := c.unordered[len(c.unordered)-1].at
+	n := 0
+	for ; n < len(c.unordered) && c.unordered[n].at <= newest-sendReorder; n++ {
+		c.sent.Add(c.unordered[n].at, c.unordered[n].units)
+	}
+	c.unordered = slices.Delete(c.unordered, 0, n)
+}
+
+// noteGuard records the guard a slice with a budget was planned with.
+func (c *Counters) noteGuard(g time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.guards == 0 || g < c.guardMin {
+		c.guardMin = g
+	}
+	c.guards++
+	c.guardMax, c.guardLast = max(c.guardMax, g), g
 }
 
 // noteLatency records one send→answer latency.

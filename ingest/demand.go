@@ -69,3 +69,7 @@ func (r *recentUnits) sum(now time.Time) int64 {
 	}
 	return r.w.Sum(max(now.Sub(r.epoch), 0))
 }
+
+// lagging reports whether the source says records wait in the queue beyond
+// those fetched.
+func (d *demand) lagging() bool { return d.lag != nil && d.lag() > 0 }

@@ -173,12 +173,28 @@ type Pacer interface {
 	// Spend waits until units may be sent now (the pacer's sliding account
 	// has room for them; within the budget Next gave it normally has) and
 	// records them as sent; the pacer carries units beyond the budget as
-	// debt. The pipeline calls the returned func once the sink's answer to
-	// that send has arrived (or the send was abandoned): a request is
+	// debt. The pipeline calls the Send's Answered once the sink's answer
+	// to that send has arrived (or the send was abandoned): a request is
 	// accepted by the sink somewhere between its send and its answer, so
 	// the pacer keeps the send in its account until one window after the
 	// answer. It returns ctx's error once ctx is done.
-	Spend(ctx context.Context, units int64) (answered func(), err error)
+	Spend(ctx context.Context, units int64) (Send, error)
+}
+
+// Send is a send the pacer admitted.
+type Send struct {
+	// At is when the pacer recorded the send in its account. The send
+	// side of the rate promise is judged at these instants.
+	At time.Time
+	// Answered marks the send answered; calls after the first do nothing.
+	Answered func()
+}
+
+// GuardReporter is implemented by pacers that plan their slices with a
+// measured send-to-accept allowance (the guard in effect); the pipeline
+// reports it in its Counters.
+type GuardReporter interface {
+	Guard() time.Duration
 }
 
 // BacklogReporter is implemented by capacities that publish the worker's

@@ -12,7 +12,7 @@ import (
 // intervals across it, not as one burst at its start, so the busiest
 // 200 ms at the sink holds about one slice's budget and bursts of several
 // workers do not align.
-const sendsPerSlice = 10
+const sendsPerSlice = 20
 
 // idleWait bounds how long an idle pipeline waits for a record before it
 // looks at its retries and demand again.
@@ -82,8 +82,17 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		if err != nil {
 			return
 		}
-		open := time.Now()
+		if g, ok := p.p.Pacer.(GuardReporter); ok && budget > 0 {
+			p.c.noteGuard(g.Guard())
+		}
 		p.setPrefetch(budget, want)
+		if int64(len(p.fetched))*want < budget && p.demand.lagging() {
+			// More waits in the queue than was fetched for this budget
+			// (the first slice, or a rate that just rose): give the
+			// fetcher a moment rather than spend the slice on a handful.
+			p.settle(ctx)
+		}
+		open := time.Now()
 		var units []*unit
 		var spent int64
 		units, head, spent = p.take(open, budget, head, probe)
@@ -98,16 +107,23 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		if owed := p.owed.Swap(0); owed > 0 {
 			// What the sink charged beyond the estimates is charged now,
 			// on top of this slice (debt if the bucket cannot cover it).
-			answered, err := p.p.Pacer.Spend(ctx, owed)
+			sent, err := p.p.Pacer.Spend(ctx, owed)
 			if err != nil {
 				return
 			}
-			answered()
+			sent.Answered()
 			p.c.unitsCorrected.Add(owed)
-			p.c.noteSent(owed)
+			p.c.noteSent(sent.At, owed)
 		}
 		p.log.Debug("slice", "budget", budget, "spent", spent, "requests", len(units), "queued", len(p.fetched))
-		if !p.dispatch(ctx, writeCtx, writing, units, open) {
+		// The sends flow at the budget's rate: over the whole slice when
+		// the budget is used, over its share of it when the queue ran dry
+		// first (the last records of a load are not held back).
+		span := p.cfg.Slice
+		if budget > 0 && spent < budget {
+			span = time.Duration(float64(span) * float64(spent) / float64(budget))
+		}
+		if !p.dispatch(ctx, writeCtx, writing, units, open, span) {
 			return
 		}
 	}
@@ -160,16 +176,20 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool) (un
 	return units, head, spent
 }
 
-// dispatch sends units, the i-th of n at open + i × Slice/n, each through
+// dispatch sends units, the i-th of n at open + i × span/n, each through
 // the pacer's account and a request slot. It returns false once ctx is
 // done; the units not sent then stay un-Done and are redelivered.
-func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGroup, units []*unit, open time.Time) bool {
+func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGroup, units []*unit, open time.Time, span time.Duration) bool {
 	if len(units) == 0 {
 		return true
 	}
-	step := p.cfg.Slice / time.Duration(len(units))
+	step := span / time.Duration(len(units))
+	var last time.Time // when the previous send went
 	for i, u := range units {
-		if !sleepUntil(ctx, open.Add(time.Duration(i)*step)) {
+		// On schedule, and never closer than step to the previous send: a
+		// send the account held back shifts the ones after it instead of
+		// letting them go in a bunch.
+		if !sleepUntil(ctx, maxTime(open.Add(time.Duration(i)*step), last.Add(step))) {
 			return false
 		}
 		if p.breaker.halted() {
@@ -187,16 +207,17 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 		case <-ctx.Done():
 			return false
 		}
-		answered, err := p.p.Pacer.Spend(ctx, u.cost)
+		sent, err := p.p.Pacer.Spend(ctx, u.cost)
 		if err != nil {
 			<-p.requests
 			return false
 		}
-		p.c.noteSent(u.cost)
+		p.c.noteSent(sent.At, u.cost)
+		last = sent.At
 		u.epoch = p.breaker.successes()
 		writing.Go(func() {
 			defer func() { <-p.requests }()
-			p.write(writeCtx, u, answered)
+			p.write(writeCtx, u, sent.Answered)
 		})
 	}
 	return true
@@ -380,4 +401,11 @@ func (h *unitHeap) Pop() any {
 	u := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return u
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

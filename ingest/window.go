@@ -16,9 +16,10 @@ import "time"
 type Window struct {
 	width  time.Duration
 	events []event
-	head   int   // events[head:] are live
-	sum    int64 // units of the live events
-	max    int64 // largest sum seen right after an add
+	head   int           // events[head:] are live
+	sum    int64         // units of the live events
+	max    int64         // largest sum seen right after an add
+	last   time.Duration // time of the latest add
 }
 
 type event struct {
@@ -58,6 +59,7 @@ func (w *Window) Add(at time.Duration, units int64) {
 	}
 	w.sum += units
 	w.max = max(w.max, w.sum)
+	w.last = at
 }
 
 // WaitFor returns how long after at the live sum, plus pending units added
@@ -83,6 +85,9 @@ func (w *Window) Sum(at time.Duration) int64 {
 	w.Expire(at)
 	return w.sum
 }
+
+// Last returns the time of the latest event added, 0 before any.
+func (w *Window) Last() time.Duration { return w.last }
 
 // Max returns the most units seen in any window so far.
 func (w *Window) Max() int64 { return w.max }

@@ -1,7 +1,9 @@
 package ingest
 
 import (
+	"cmp"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,4 +92,45 @@ func TestWindowWaitFor(t *testing.T) {
 	require.Equal(t, 500*ms, w.WaitFor(at, 0, 21, 100), "needs the event at 0 to leave: at 1 s")
 	require.Equal(t, 800*ms, w.WaitFor(at, 0, 61, 100), "needs both events gone: at 1.3 s")
 	require.Equal(t, time.Second, w.WaitFor(at, 20, 100, 100), "needs this request's pending units gone too")
+}
+
+// Pipelines sharing Counters report their pacers' stamps slightly out of
+// order; the send-side busiest second is the same as if they had come in
+// order.
+func TestCountersSendSideIgnoresArrivalOrder(t *testing.T) {
+	t.Parallel()
+	base := time.Unix(1_800_000_000, 0)
+	type send struct {
+		at    time.Duration
+		units int64
+	}
+	sends := []send{{0, 100}, {150 * time.Millisecond, 100}, {990 * time.Millisecond, 100}, {1000 * time.Millisecond, 50},
+		{1100 * time.Millisecond, 100}, {1200 * time.Millisecond, 100}, {2900 * time.Millisecond, 100}}
+	want := func(ss []send) int64 {
+		w := NewWindow(time.Second)
+		sorted := slices.Clone(ss)
+		slices.SortStableFunc(sorted, func(a, b send) int { return cmp.Compare(a.at, b.at) })
+		for _, s := range sorted {
+			w.Add(s.at, s.units)
+		}
+		return w.Max()
+	}(sends)
+	rng := rand.New(rand.NewPCG(7, 9))
+	for range 50 {
+		var c Counters
+		shuffled := slices.Clone(sends)
+		// Each arrives at most a few hundred milliseconds after a later one.
+		for i := range shuffled {
+			if j := i + rng.IntN(3); j < len(shuffled) && shuffled[j].at-shuffled[i].at < 400*time.Millisecond {
+				shuffled[i], shuffled[j] = shuffled[j], shuffled[i]
+			}
+		}
+		// The first arrival sets the epoch: send the earliest first.
+		c.noteSent(base, 0)
+		for _, s := range shuffled {
+			c.noteSent(base.Add(s.at), s.units)
+		}
+		require.Equal(t, want, c.Totals().MaxSent1s, "arrivals %v", shuffled)
+	}
+	require.Equal(t, int64(350), want)
 }

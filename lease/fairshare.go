@@ -2,6 +2,7 @@ package lease
 
 import (
 	"cmp"
+	"container/heap"
 	"math"
 	"slices"
 )
@@ -29,14 +30,26 @@ type member struct {
 	Worker   string
 	Want     int // reserved partitions included
 	Reserved int
+	// Need is the fewest partitions the worker can use at all: the record
+	// at the head of its line costs more than a smaller share lets its
+	// pacer's one-second account ever hold. 0 or 1: any share will do.
+	Need int
+	// NeedSince is when the worker began waiting for Need, in Unix
+	// milliseconds: needs are served longest-waiting first.
+	NeedSince int64
 }
 
 // fairShare computes every member's share of partitions with reserved
-// capacity: each member first gets its reserved partitions (in worker ID
-// order while they last, so an over-reserved pool is split the same way by
-// everyone), and the partitions left are shared max-min fair (waterFill)
-// over what each member wants beyond its reservation. The result maps each
-// worker to its share, reserved partitions included.
+// capacity and needs. Each member first gets its reserved partitions (in
+// worker ID order while they last, so an over-reserved pool is split the
+// same way by everyone). The partitions left are shared max-min fair
+// (waterFill) over what each member wants beyond its reservation, with one
+// exception: a member whose Need exceeds its reservation and any fair share
+// gets at least its Need, longest-waiting first while the partitions last,
+// and one whose Need does not fit gets nothing beyond its reservation (a
+// share short of its need could only sit idle while it waits its turn).
+// The result maps each worker to its share, reserved partitions included.
+// Every worker that computes it from the same members gets the same answer.
 func fairShare(partitions int, members []member) map[string]int {
 	ms := slices.Clone(members)
 	slices.SortFunc(ms, func(a, b member) int { return cmp.Compare(a.Worker, b.Worker) })
@@ -47,50 +60,93 @@ func fairShare(partitions int, members []member) map[string]int {
 		r := min(max(m.Reserved, 0), left)
 		reserved[m.Worker] = r
 		left -= r
-		rest = append(rest, member{Worker: m.Worker, Want: max(m.Want, m.Reserved) - max(m.Reserved, 0)})
+		rest = append(rest, member{Worker: m.Worker, Want: max(m.Want, m.Reserved) - max(m.Reserved, 0),
+			Need: min(m.Need, m.Want) - r, NeedSince: m.NeedSince})
 	}
-	share := waterFill(left, rest)
+	// Needs beyond the reservation, longest-waiting first: a floor while
+	// the partitions last, nothing beyond the reservation after.
+	byWait := slices.Clone(rest)
+	slices.SortStableFunc(byWait, func(a, b member) int { return cmp.Compare(a.NeedSince, b.NeedSince) })
+	floors := make(map[string]int, len(rest))
+	free := left
+	for _, m := range byWait {
+		if m.Need <= 1 || m.Want <= 0 {
+			continue
+		}
+		if m.Need <= free {
+			floors[m.Worker] = m.Need
+			free -= m.Need
+		} else {
+			floors[m.Worker] = -1 // waits its turn
+		}
+	}
+	for i, m := range rest {
+		if floors[m.Worker] < 0 {
+			rest[i].Want, floors[m.Worker] = 0, 0
+		}
+	}
+	share := waterFill(left, rest, floors)
 	for w, r := range reserved {
 		share[w] += r
 	}
 	return share
 }
 
-// waterFill computes the max-min fair share of partitions among members:
-// every member gets min(its want, a common level), the level being as high
-// as the partitions allow; when the level cannot be equal for everyone, the
-// extra partitions go to the members that sort first by worker ID. The
-// result maps each worker to its share; shares sum to min(partitions, Σ
-// wants). Every worker that computes it from the same members gets the same
-// answer. Wants below 0 count as 0.
-func waterFill(partitions int, members []member) map[string]int {
-	ms := slices.Clone(members)
-	slices.SortFunc(ms, func(a, b member) int {
-		return cmp.Or(cmp.Compare(a.Want, b.Want), cmp.Compare(a.Worker, b.Worker))
-	})
-	share := make(map[string]int, len(ms))
+// waterFill computes the max-min fair share of partitions among members
+// with floors: every member starts at its floor (which the caller keeps
+// within the partitions), and each further partition goes to the member
+// with the lowest share still below its want, ties to the lowest worker
+// ID. Without floors every member gets min(its want, a common level), the
+// level as high as the partitions allow, the remainder going one each to
+// the lowest worker IDs at the level. The result maps each worker to its
+// share; shares sum to min(partitions, Σ max(want, floor)). Every worker
+// that computes it from the same members gets the same answer. Wants below
+// 0 count as 0.
+func waterFill(partitions int, members []member, floors map[string]int) map[string]int {
+	share := make(map[string]int, len(members))
 	left := max(partitions, 0)
-	for i, m := range ms {
-		want := max(m.Want, 0)
-		n := len(ms) - i
-		level := left / n
-		if want <= level {
-			share[m.Worker] = want
-			left -= want
-			continue
+	h := make(fillHeap, 0, len(members))
+	for _, m := range members {
+		f := max(floors[m.Worker], 0)
+		share[m.Worker] = f
+		left -= f
+		if m.Want > f {
+			h = append(h, &filling{worker: m.Worker, share: f, want: m.Want})
 		}
-		// Everyone from here on wants more than the level: each gets the
-		// level, and the remainder goes one each in worker ID order.
-		rest := slices.Clone(ms[i:])
-		slices.SortFunc(rest, func(a, b member) int { return cmp.Compare(a.Worker, b.Worker) })
-		extra := left % n
-		for j, r := range rest {
-			share[r.Worker] = level
-			if j < extra {
-				share[r.Worker]++
-			}
+	}
+	heap.Init(&h)
+	for ; left > 0 && h.Len() > 0; left-- {
+		next := h[0]
+		next.share++
+		share[next.worker] = next.share
+		if next.share >= next.want {
+			heap.Pop(&h)
+		} else {
+			heap.Fix(&h, 0)
 		}
-		break
 	}
 	return share
+}
+
+// filling is a member still below its want, in waterFill's heap.
+type filling struct {
+	worker      string
+	share, want int
+}
+
+// fillHeap orders members by share, then worker ID: its head gets the next
+// partition.
+type fillHeap []*filling
+
+func (h fillHeap) Len() int { return len(h) }
+func (h fillHeap) Less(i, j int) bool {
+	return cmp.Or(cmp.Compare(h[i].share, h[j].share), cmp.Compare(h[i].worker, h[j].worker)) < 0
+}
+func (h fillHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *fillHeap) Push(x any)   { *h = append(*h, x.(*filling)) }
+func (h *fillHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,9 +52,12 @@ type Manager struct {
 	nextRead  time.Time // when to read it again (Run loop only)
 	events    Events
 
-	mu      sync.Mutex
-	demand  float64       // units/s, from SetDemand
-	backlog float64       // units, from SetBacklog; -1 unknown
+	mu        sync.Mutex
+	demand    float64       // units/s, from SetDemand
+	need      float64       // units/s, from SetNeed
+	needSince time.Time     // when need last rose from nothing, or the worker's turn ended
+	needMet   time.Time     // since when the worker has held its need; zero while it has not
+	backlog   float64       // units, from SetBacklog; -1 unknown
 	held    map[int]*held // partition → lease
 	ledger  ledger        // leases that stopped counting
 	sched   schedule      // the pool's effective rate over time, as last read from Redis
@@ -211,10 +215,61 @@ func (m *Manager) SetDemand(unitsPerSecond float64) {
 	}
 }
 
+// SetNeed announces the least rate, in units/s, at which the worker can
+// send the record at the head of its line at all: a pacer whose one-second
+// account holds at most its rate × 1 s can send a record costing c only at
+// c units/s or more. A worker whose need exceeds its fair share is given
+// the partitions for it whole, longest-waiting first, or none beyond its
+// reservation while it waits its turn; after holding them for one lease
+// TTL it goes to the back of the line, so costly records from several
+// workers take turns instead of each worker holding a useless part. 0: any
+// rate will do. Safe for concurrent use; pacing.Pacer calls it every slice.
+func (m *Manager) SetNeed(unitsPerSecond float64) {
+	m.mu.Lock()
+	before := m.needLocked(time.Now())
+	if !(unitsPerSecond > 0) || math.IsInf(unitsPerSecond, 0) {
+		unitsPerSecond = 0
+	}
+	if m.need == 0 && unitsPerSecond > 0 {
+		m.needSince, m.needMet = time.Now(), time.Time{}
+	}
+	m.need = unitsPerSecond
+	after := m.needLocked(time.Now())
+	m.mu.Unlock()
+	if after > before {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// needLocked is the need in partitions at now. m.mu is held.
+func (m *Manager) needLocked(now time.Time) int {
+	return wantPartitions(m.need, m.sched.partitionRate(now), m.sched.partitions(now))
+}
+
+// takeTurn notes whether the worker holds its need at now and, once it has
+// held it for a lease TTL, sends it to the back of the line. m.mu is held.
+func (m *Manager) takeTurn(now time.Time, need, holding int) {
+	switch {
+	case need <= 1 || holding < need:
+		m.needMet = time.Time{}
+	case m.needMet.IsZero():
+		m.needMet = now
+	case now.Sub(m.needMet) >= m.cfg.Pool.TTL:
+		m.needSince, m.needMet = now, time.Time{}
+	}
+}
+
 func (m *Manager) wantLocked() int {
 	now := time.Now()
 	parts := m.sched.partitions(now)
-	return min(max(wantPartitions(m.demand, m.sched.partitionRate(now), parts), m.cfg.Reserved), parts)
+	want := max(wantPartitions(m.demand, m.sched.partitionRate(now), parts), m.cfg.Reserved)
+	if want > 0 {
+		want = max(want, m.needLocked(now))
+	}
+	return min(want, parts)
 }
 
 // ReservedShort returns how many of the worker's reserved partitions it
@@ -274,8 +329,12 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	}
 
 	m.mu.Lock()
-	me := announcement{Want: m.wantLocked(), Demand: m.demand, Reserved: m.cfg.Reserved, Backlog: m.backlog}
-	m.ledger.prune(time.Now().Add(-HistoryKeep))
+	now := time.Now()
+	need := m.needLocked(now)
+	m.takeTurn(now, need, len(m.held))
+	me := announcement{Want: m.wantLocked(), Demand: m.demand, Reserved: m.cfg.Reserved, Backlog: m.backlog,
+		Need: need, NeedSince: m.needSince.UnixMilli()}
+	m.ledger.prune(now.Add(-HistoryKeep))
 	m.mu.Unlock()
 
 	m.announce(ctx, me)
@@ -284,7 +343,7 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 		members[m.cfg.WorkerID] = me
 		list := make([]member, 0, len(members))
 		for w, a := range members {
-			list = append(list, member{Worker: w, Want: a.Want, Reserved: a.Reserved})
+			list = append(list, member{Worker: w, Want: a.Want, Reserved: a.Reserved, Need: a.Need, NeedSince: a.NeedSince})
 		}
 		parts := m.partitionsNow()
 		share = fairShare(parts, list)[m.cfg.WorkerID]

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -40,44 +41,45 @@ const membersSetTTL = 24 * time.Hour
 
 // announcement is what a worker publishes about itself.
 type announcement struct {
-	Want     int     // partitions wanted, 0..P, reserved ones included
-	Demand   float64 // units/s, may be +Inf
-	Reserved int     // partitions held for the worker's lifetime, 0..P
-	Backlog  float64 // units waiting for the worker (queue lag and fetched), -1 unknown
+	Want      int     // partitions wanted, 0..P, reserved ones included
+	Demand    float64 // units/s, may be +Inf
+	Reserved  int     // partitions held for the worker's lifetime, 0..P
+	Backlog   float64 // units waiting for the worker (queue lag and fetched), -1 unknown
+	Need      int     // the fewest partitions its head record can be sent with, 0..P
+	NeedSince int64   // when it began waiting for Need, Unix ms
 }
 
+// encode writes a as space-separated fields; older workers read the
+// leading ones they know.
 func (a announcement) encode() string {
 	return strconv.Itoa(a.Want) + " " + strconv.FormatFloat(a.Demand, 'g', -1, 64) + " " + strconv.Itoa(a.Reserved) +
-		" " + strconv.FormatFloat(a.Backlog, 'g', -1, 64)
+		" " + strconv.FormatFloat(a.Backlog, 'g', -1, 64) + " " + strconv.Itoa(a.Need) + " " + strconv.FormatInt(a.NeedSince, 10)
 }
 
+// decodeAnnouncement reads what encode wrote; missing trailing fields (a
+// worker of an earlier version) take their zero value, and Backlog -1.
 func decodeAnnouncement(v string) (announcement, error) {
-	wantS, rest, _ := strings.Cut(v, " ")
-	demandS, rest, _ := strings.Cut(rest, " ")
-	reservedS, backlogS, _ := strings.Cut(rest, " ")
-	want, err := strconv.Atoi(wantS)
-	if err != nil {
+	f := strings.Fields(v)
+	a := announcement{Backlog: -1}
+	if len(f) == 0 {
+		return a, fmt.Errorf("member value %q: empty", v)
+	}
+	var errs []error
+	parse := func(i int, set func(string) error) {
+		if i < len(f) {
+			errs = append(errs, set(f[i]))
+		}
+	}
+	parse(0, func(s string) (err error) { a.Want, err = strconv.Atoi(s); return err })
+	parse(1, func(s string) (err error) { a.Demand, err = strconv.ParseFloat(s, 64); return err })
+	parse(2, func(s string) (err error) { a.Reserved, err = strconv.Atoi(s); return err })
+	parse(3, func(s string) (err error) { a.Backlog, err = strconv.ParseFloat(s, 64); return err })
+	parse(4, func(s string) (err error) { a.Need, err = strconv.Atoi(s); return err })
+	parse(5, func(s string) (err error) { a.NeedSince, err = strconv.ParseInt(s, 10, 64); return err })
+	if err := errors.Join(errs...); err != nil {
 		return announcement{}, fmt.Errorf("member value %q: %w", v, err)
 	}
-	var demand float64
-	if demandS != "" {
-		if demand, err = strconv.ParseFloat(demandS, 64); err != nil {
-			return announcement{}, fmt.Errorf("member value %q: %w", v, err)
-		}
-	}
-	var reserved int
-	if reservedS != "" {
-		if reserved, err = strconv.Atoi(reservedS); err != nil {
-			return announcement{}, fmt.Errorf("member value %q: %w", v, err)
-		}
-	}
-	backlog := -1.0
-	if backlogS != "" {
-		if backlog, err = strconv.ParseFloat(backlogS, 64); err != nil {
-			return announcement{}, fmt.Errorf("member value %q: %w", v, err)
-		}
-	}
-	return announcement{Want: want, Demand: demand, Reserved: reserved, Backlog: backlog}, nil
+	return a, nil
 }
 
 // announce publishes worker's demand for ttl.

@@ -45,14 +45,14 @@ func TestWaterFill(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := waterFill(tc.partitions, tc.members)
+			got := waterFill(tc.partitions, tc.members, nil)
 			require.Equal(t, tc.want, got)
 			// The answer does not depend on the order of the list.
 			rev := make([]member, len(tc.members))
 			for i, x := range tc.members {
 				rev[len(rev)-1-i] = x
 			}
-			require.Equal(t, got, waterFill(tc.partitions, rev))
+			require.Equal(t, got, waterFill(tc.partitions, rev, nil))
 			sum, wants := 0, 0
 			for _, x := range tc.members {
 				sum += got[x.Worker]
@@ -92,9 +92,62 @@ func TestFairShareWithReserved(t *testing.T) {
 	}
 }
 
+// A worker whose head record needs more partitions than its share gets
+// them whole, longest-waiting first, or none while it waits its turn; the
+// others share the rest.
+func TestFairShareWithNeeds(t *testing.T) {
+	t.Parallel()
+	m := func(w string, want, need int, since int64) member {
+		return member{Worker: w, Want: want, Need: need, NeedSince: since}
+	}
+	r := func(w string, want, reserved, need int, since int64) member {
+		return member{Worker: w, Want: want, Reserved: reserved, Need: need, NeedSince: since}
+	}
+	for _, tc := range []struct {
+		name       string
+		partitions int
+		members    []member
+		want       map[string]int
+	}{
+		{"needs of one are any share", 3, []member{m("a", 3, 1, 5), m("b", 3, 1, 1), m("c", 3, 1, 3), m("d", 3, 1, 2)},
+			map[string]int{"a": 1, "b": 1, "c": 1, "d": 0}},
+		{"a need within the fair share changes nothing", 10, []member{m("a", 10, 3, 1), m("b", 10, 0, 0)},
+			map[string]int{"a": 5, "b": 5}},
+		{"two of four costly workers served, the others wait", 10,
+			[]member{m("a", 10, 5, 4), m("b", 10, 5, 2), m("c", 10, 5, 1), m("d", 10, 5, 3)},
+			map[string]int{"c": 5, "b": 5, "a": 0, "d": 0}},
+		{"a served need, the rest shared with cheap workers", 10,
+			[]member{m("a", 10, 6, 1), m("b", 10, 0, 0), m("c", 10, 0, 0)},
+			map[string]int{"a": 6, "b": 2, "c": 2}},
+		{"a need that does not fit waits; the rest is shared", 10,
+			[]member{m("a", 10, 6, 1), m("b", 10, 6, 2), m("c", 10, 0, 0)},
+			map[string]int{"a": 6, "b": 0, "c": 4}},
+		{"a need never exceeds the want", 10, []member{m("a", 2, 8, 1), m("b", 10, 0, 0)},
+			map[string]int{"a": 2, "b": 8}},
+		{"a need counts the reservation", 10, []member{r("a", 10, 4, 6, 1), r("b", 10, 0, 6, 2)},
+			map[string]int{"a": 10, "b": 0}},
+		{"a reservation covers the need", 10, []member{r("a", 10, 6, 6, 1), r("b", 10, 0, 4, 2)},
+			map[string]int{"a": 6, "b": 4}},
+		{"the longest wait wins whatever the ID", 8, []member{m("z", 8, 5, 1), m("a", 8, 5, 9)},
+			map[string]int{"z": 8, "a": 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := fairShare(tc.partitions, tc.members)
+			require.Equal(t, tc.want, got)
+			sum := 0
+			for _, n := range got {
+				sum += n
+			}
+			require.LessOrEqual(t, sum, tc.partitions)
+		})
+	}
+}
+
 func TestAnnouncementRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, a := range []announcement{{Want: 3, Demand: 250, Backlog: -1}, {Want: 20, Demand: math.Inf(1), Reserved: 4, Backlog: 12000}, {}} {
+	for _, a := range []announcement{{Want: 3, Demand: 250, Backlog: -1}, {Want: 20, Demand: math.Inf(1), Reserved: 4, Backlog: 12000},
+		{Want: 10, Demand: math.Inf(1), Backlog: 5e6, Need: 5, NeedSince: 1_795_000_000_123}, {}} {
 		got, err := decodeAnnouncement(a.encode())
 		require.NoError(t, err)
 		require.Equal(t, a, got)
@@ -103,8 +156,14 @@ func TestAnnouncementRoundTrip(t *testing.T) {
 	got, err := decodeAnnouncement("5 120")
 	require.NoError(t, err)
 	require.Equal(t, announcement{Want: 5, Demand: 120, Backlog: -1}, got)
+	// One that predates needs.
+	got, err = decodeAnnouncement("5 120 0 300")
+	require.NoError(t, err)
+	require.Equal(t, announcement{Want: 5, Demand: 120, Backlog: 300}, got)
 	_, err = decodeAnnouncement("5 120 x")
 	require.ErrorContains(t, err, `"5 120 x"`)
+	_, err = decodeAnnouncement("")
+	require.Error(t, err)
 }
 
 func TestWantPartitions(t *testing.T) {

@@ -11,58 +11,64 @@
 //     next slice;
 //   - the room left in a sliding account: the integral of the worker's rate
 //     over the last Config.Window (1 s by default), as reported by
-//     Capacity.Credit, minus every unit spent in the last Window + Guard;
+//     Capacity.Credit, minus every unit still in the account;
 //
 // minus the debt left by records that cost more than a slice, floored to a
 // whole unit.
 //
 // # Guarantees
 //
-// Every time the pipeline sends (calls Spend right after Next), the units sent
-// in the sliding window that ends there, including that send, are at most the
-// integral of the worker's rate over the Window before it. A token bucket
-// alone would let rate × Window + burst through, since a late slice's lump
-// lands in the next window. Because the bound is the integral and not the
-// current rate, a worker whose rate just dropped keeps sending at its new rate
-// without a dip, and one whose lease was just gained earns credit from the
-// instant it was gained, never before. With the lease side's rule that a
-// worker stops counting a partition before it releases it, the sum of the
-// workers' sends stays within the pool's capacity across hand-overs (see
-// TestHandOver).
+// Every time the pipeline sends (calls Spend), the units in the account,
+// including that send, are at most the integral of the worker's rate over
+// the Window before it. A token bucket alone would let rate × Window +
+// burst through, since a late slice's lump lands in the next window.
+// Because the bound is the integral and not the current rate, a worker
+// whose rate just dropped keeps sending at its new rate without a dip, and
+// one whose lease was just gained earns credit from the instant it was
+// gained, never before. With the lease side's rule that a worker stops
+// counting a partition before it releases it, the sum of the workers'
+// sends stays within the pool's capacity across hand-overs (see
+// TestHandOver), for records of any cost.
 //
-// The bound looks back from each send: the pacer cannot know that a lease will
-// be lost, so a window that starts just before the worker's rate drops may hold
-// up to one slice (or one record admitted on debt) more than its own integral. A gained rate, in turn, fills
-// the bucket only from the gainer's next slice, which keeps the pool within
-// capacity when a partition changes hands.
+// The bound looks back from each send: the pacer cannot know that a lease
+// will be lost, so a window that starts just before the worker's rate drops
+// may hold up to one slice more than its own integral. A gained rate, in
+// turn, fills the bucket only from the gainer's next slice, and the lease
+// side unlocks a released partition only a slice after it stopped
+// counting, which keeps the pool within capacity when a partition changes
+// hands.
 //
-// The account counts a spend for Window + Guard (1.005 s by default), not
-// Window, so that jitter of up to Guard between the send and the sink's
-// accept cannot put six slices' worth into one of the sink's 1 s windows. The
-// price is utilization: a slice that would be short only because an old spend
-// leaves the account within Guard (plus the latency between Next and Spend)
-// is postponed until it has left, instead of being sent short. Each window
-// thus stretches by about Guard, and the worker uses about
-// 1/(1 + Guard/Window) of its rate, 0.995 by default. A slice is never
-// postponed by more than Guard + Slice/4; later slices follow Slice after it.
+// # Judged at the sink
+//
+// A throttled service counts a request when it accepts it, somewhere
+// between its send and its answer. So a send stays in the account until
+// Window after its answer arrived (the pipeline calls the func Spend
+// returns), and no sooner than Guard + Window after it was sent: the
+// allowance between send and acceptance is the send's own measured
+// latency, and Config.Guard (0 by default) only a floor under it. Sends
+// whose answer has not arrived never leave. A sliding second at the sink
+// therefore holds at most what the account held at the sends in it, however
+// late a request arrived; the price is utilization, about latency ÷ Window
+// on a long run (0.5 % at 5 ms).
 //
 // # Records that cost more than a slice
 //
 // The pipeline never splits a record, so a record costing more than one
-// slice's budget (want in Next) is admitted whole once nothing is owed and the
-// account has room for all of it; the units the bucket cannot cover become
-// debt, repaid from the following slices' tokens before they get a budget.
-// The long-run rate therefore stays exact, and the sliding account still
-// holds.
+// slice's budget (want in Next) is admitted whole once nothing is owed and
+// the account has room for all of it; the units the bucket cannot cover
+// become debt, repaid from the following slices' tokens before they get a
+// budget. The long-run rate therefore stays exact, and the sliding account
+// still holds.
 //
-// A record costing more than one Window at the current rate can never fit in
-// the account. It waits until nothing was spent in the last Window + Guard,
-// nothing is owed and the account holds at least Window − Slice of credit at
-// the current rate, and is then admitted on debt. Such a window necessarily
-// exceeds its integral, by the record's cost minus that credit; the pipeline
-// dead-letters records that cost more than one second of the whole pool, so
-// the excess stays below what the pool provides in a second, and the debt
-// keeps the worker silent until it is repaid.
+// A record costing more than one Window at the worker's rate can never fit
+// in its account, and it is never sent beyond the integral: at every slice
+// the pacer tells a Capacity that implements Gatherer the least rate the
+// record at the head of the line needs (its cost per Window), and the lease
+// side (lease.Manager) gathers that many partitions for the worker, whole
+// and in turn with the pool's other workers that wait for a costly record,
+// so the pool's sliding second holds whatever the records cost and however
+// many workers there are. The record is sent once the account, at the
+// gathered rate, holds it.
 //
 // A rate of 0 (no valid lease) gives a budget of 0.
 //

@@ -28,12 +28,12 @@ func Example() {
 
 	budget, err := p.Next(ctx, 1) // the first slice opens at once
 	fmt.Println("budget:", budget, err)
-	answered, err := p.Spend(ctx, budget) // right before sending that much
+	sent, err := p.Spend(ctx, budget) // right before sending that much
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	answered() // once the sink's answer is in: the send leaves the account 1 s later
+	sent.Answered() // once the sink's answer is in: the send leaves the account 1 s later
 
 	_, err = p.Next(ctx, 1) // the next slice opens after ctx's deadline
 	fmt.Println(err)
@@ -55,8 +55,8 @@ func Example_debt() {
 
 	budget, _ := p.Next(ctx, 500) // 2.5 slices' worth at the head of the line
 	fmt.Println("budget:", budget)
-	answered, _ := p.Spend(ctx, budget) // 200 from this slice, 300 owed
-	answered()
+	sent, _ := p.Spend(ctx, budget) // 200 from this slice, 300 owed
+	sent.Answered()
 
 	budget, _ = p.Next(ctx, 1) // 200 ms later, repaying
 	fmt.Println("budget:", budget)

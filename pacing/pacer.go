@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 var (
 	_ ingest.Pacer            = (*Pacer)(nil)
 	_ ingest.ThrottleFeedback = (*Pacer)(nil)
+	_ ingest.GuardReporter    = (*Pacer)(nil)
 )
 
 // Defaults for Config.
@@ -69,12 +71,23 @@ type Capacity interface {
 	Credit(from, to time.Time) float64
 }
 
+// Gatherer is implemented by capacities that can gather a larger share of
+// the pool for a record costing more than the worker's rate lets its
+// account ever hold (lease.Manager): the pacer announces at every slice
+// the least rate, in units/s, at which the record at the head of the line
+// can be sent (its cost per Window), 0 when there is none. Safe for
+// concurrent use.
+type Gatherer interface {
+	SetNeed(unitsPerSecond float64)
+}
+
 // Pacer opens slices of a worker's leased capacity and admits each send
 // against a sliding account; see the package documentation for the rules.
 // Create it with New.
 type Pacer struct {
 	slice, guard, window time.Duration
 	capa                 Capacity
+	gather               Gatherer // capa's, when it can gather; else nil
 
 	mu       sync.Mutex
 	lim      *rate.Limiter // nil until the first slice
@@ -82,8 +95,10 @@ type Pacer struct {
 	spends   []*spend      // oldest first; those still in the account
 	next     time.Time     // when the next slice opens; zero before the first
 	opened   time.Time     // when the current slice opened: its sends draw on the bucket as of then
-	pass     int64         // a record costing more than the account holds, admitted on debt by Next: its Spend bypasses the account
 	answered chan struct{} // closed and replaced when an answer arrives
+
+	holds   []hold        // the send→answer latencies of the answers of the last Window, oldest first
+	allowed time.Duration // the allowance the current slice was planned with
 
 	cut, recovery float64
 	throttled     bool    // the sink throttled since the last slice opened
@@ -112,6 +127,10 @@ type Stats struct {
 	Recoveries int64
 	// Ceiling is the current throttle ceiling in units/s, 0 when none.
 	Ceiling float64
+	// Guard is the send-to-accept allowance the current slice was planned
+	// with (see Pacer.Next), and GuardMin and GuardMax the least and the
+	// most of it over the slices with a rate.
+	Guard, GuardMin, GuardMax time.Duration
 }
 
 // spend is one send in the account.
@@ -148,6 +167,7 @@ func New(cfg Config, capa Capacity) (*Pacer, error) {
 		capa:     capa,
 		answered: make(chan struct{}),
 	}
+	p.gather, _ = capa.(Gatherer)
 	if p.guard >= p.slice {
 		return nil, fmt.Errorf("pacing: guard %v must be shorter than slice %v", p.guard, p.slice)
 	}
@@ -167,9 +187,10 @@ func New(cfg Config, capa Capacity) (*Pacer, error) {
 // Next blocks until the next slice opens and returns its budget in units
 // (≥ 0): what the token bucket allows, within what the sliding account will
 // hold by the end of the slice if the rate stays as it is. A slice opens
-// Slice after the previous one; the first, and any whose time has already
-// passed when Next is called, opens at once. Each send is still checked
-// against the account by Spend.
+// Slice after the previous one (10 ms after one with no rate, so that a
+// lease just gained starts filling the bucket at once); the first, and any
+// whose time has already passed when Next is called, opens at once. Each send is still
+// checked against the account by Spend.
 //
 // want is the cost, in units, of the record waiting at the head of the
 // line (0 when none). When want exceeds the slice's budget and one slice of
@@ -191,16 +212,32 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 	if err := sleepUntil(ctx, open); err != nil {
 		return 0, err
 	}
+	if p.gather != nil {
+		p.gather.SetNeed(float64(max(want, 0)) / p.window.Seconds())
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	p.feedback(p.rate(now))
 	r := p.capped(p.rate(now))
-	burst := p.burst(r)
+	// Every send stays in the account for Window plus its own latency, so
+	// the account lets through at most r × Window / (Window + latency):
+	// the bucket flows at that rate, so the slices stay even instead of
+	// running into the account and stalling.
+	p.allowed = p.allowance(now)
+	flow := r * p.window.Seconds() / (p.window + p.allowed).Seconds()
+	if r > 0 {
+		p.stats.Guard = p.allowed
+		p.stats.GuardMax = max(p.stats.GuardMax, p.allowed)
+		if p.stats.GuardMin == 0 || p.allowed < p.stats.GuardMin {
+			p.stats.GuardMin = p.allowed
+		}
+	}
+	burst := p.burst(flow)
 	if p.lim == nil {
-		p.lim = rate.NewLimiter(rate.Limit(r), burst) // starts full
+		p.lim = rate.NewLimiter(rate.Limit(flow), burst) // starts full
 	} else {
-		p.lim.SetLimitAt(now, rate.Limit(r))
+		p.lim.SetLimitAt(now, rate.Limit(flow))
 		p.lim.SetBurstAt(now, burst)
 	}
 	p.prune(now)
@@ -214,12 +251,17 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 		budget = min(allow, wholeUnits(p.room(now.Add(p.slice), now, r)))
 	}
 	if want := max(want, 0); want > budget && want > int64(burst) && p.debt == 0 &&
-		float64(want) <= p.room(now, now, r)+epsilon {
-		budget = want // a record costing more than a slice, admitted on debt: the account holds it
-	} else if want > budget && want > int64(burst) && p.admits(now, r, want) {
-		budget, p.pass = want, want // no account at this rate ever could hold it
+		float64(want) <= p.room(now.Add(p.slice), now, r)+epsilon {
+		// A record costing more than a slice, admitted on debt: the account
+		// holds it within the slice, and Spend sends it the moment it does.
+		budget = want
 	}
 	p.next, p.opened = open.Add(p.slice), now
+	if r == 0 {
+		// No valid lease: look again soon, so that a lease just gained
+		// fills the bucket from now on rather than from a slice later.
+		p.next = open.Add(min(p.slice, noRateRecheck))
+	}
 	p.stats.Slices++
 	p.stats.Budget += budget
 	return budget, nil
@@ -227,14 +269,15 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 
 // Spend waits until units may be sent now — until the sliding account has
 // room for them, which it normally has within the budget Next gave — and
-// records them as sent; units the bucket cannot cover become debt. The
-// pipeline calls the returned func once the sink's answer has arrived (or
-// the send was abandoned); the send leaves the account Window after that.
+// records them as sent at the Send's At; units the bucket cannot cover
+// become debt. The pipeline calls the Send's Answered once the sink's
+// answer has arrived (or the send was abandoned); the send leaves the
+// account Window after that.
 // Spend returns context.Cause(ctx) once ctx is done. Units ≤ 0 are recorded
 // as nothing. Safe for concurrent use with Next.
-func (p *Pacer) Spend(ctx context.Context, units int64) (answered func(), err error) {
+func (p *Pacer) Spend(ctx context.Context, units int64) (ingest.Send, error) {
 	if units <= 0 {
-		return func() {}, nil
+		return ingest.Send{At: time.Now(), Answered: func() {}}, nil
 	}
 	var held time.Time
 	for {
@@ -242,15 +285,14 @@ func (p *Pacer) Spend(ctx context.Context, units int64) (answered func(), err er
 		now := time.Now()
 		p.prune(now)
 		r := p.capped(p.rate(now))
-		if float64(units) <= p.room(now, now, r)+epsilon || (p.pass > 0 && units <= p.pass) {
-			p.pass = 0
+		if float64(units) <= p.room(now, now, r)+epsilon {
 			s := p.record(now, units)
 			if !held.IsZero() {
 				p.stats.Held++
 				p.stats.HeldFor += now.Sub(held)
 			}
 			p.mu.Unlock()
-			return sync.OnceFunc(func() { p.answer(s) }), nil
+			return ingest.Send{At: now, Answered: sync.OnceFunc(func() { p.answer(s) })}, nil
 		}
 		if held.IsZero() {
 			held = now
@@ -258,7 +300,7 @@ func (p *Pacer) Spend(ctx context.Context, units int64) (answered func(), err er
 		wake, changed := p.nextRoom(now, r, units), p.answered
 		p.mu.Unlock()
 		if err := waitUntil(ctx, wake, changed); err != nil {
-			return func() {}, err
+			return ingest.Send{}, err
 		}
 	}
 }
@@ -283,13 +325,34 @@ func (p *Pacer) record(now time.Time, units int64) *spend {
 	return s
 }
 
+// noRateRecheck is how soon a slice follows one that had no rate.
+const noRateRecheck = 10 * time.Millisecond
+
+// hold is one answer's send→answer latency.
+type hold struct {
+	at      time.Time // when the answer arrived
+	latency time.Duration
+}
+
 // answer marks s answered now.
 func (p *Pacer) answer(s *spend) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s.answered = time.Now()
+	p.holds = append(p.holds, hold{s.answered, s.answered.Sub(s.at)})
 	close(p.answered)
 	p.answered = make(chan struct{})
+}
+
+// Guard returns the send-to-accept allowance the current slice was planned
+// with: the 90th percentile of the send→answer latencies of the last
+// Window, within [Config.Guard, Window]. Every send stays in the account
+// until Window after its own answer whatever this is; the slices flow at
+// rate × Window / (Window + Guard), the most such an account lets through.
+func (p *Pacer) Guard() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.allowed
 }
 
 // SliceLength returns the slice the pacer opens (Config.Slice).
@@ -363,16 +426,26 @@ func (p *Pacer) room(t, now time.Time, r float64) float64 {
 	return p.credit(t.Add(-p.window), t, now, r) - float64(held)
 }
 
-// admits applies the rule for a record costing more than one Window at the
-// current rate, which no account can ever hold: it may go once nothing is
-// in the account, nothing is owed, and the account holds at least Window −
-// Slice of credit at rate r. p.mu is held.
-func (p *Pacer) admits(now time.Time, r float64, units int64) bool {
-	perWindow := r * p.window.Seconds()
-	if r == 0 || float64(units) <= perWindow || p.debt > 0 || len(p.spends) > 0 {
-		return false
+// allowance is the send-to-accept allowance to plan the slice opening at
+// now with: the 90th percentile of the send→answer latencies of the answers
+// of the last Window (the last one's when there are none), at least Guard
+// and at most Window. p.mu is held.
+func (p *Pacer) allowance(now time.Time) time.Duration {
+	i := 0
+	for i < len(p.holds)-1 && !p.holds[i].at.After(now.Add(-p.window)) {
+		i++
 	}
-	return p.credit(now.Add(-p.window), now, now, r)+epsilon >= perWindow-r*p.slice.Seconds()
+	p.holds = p.holds[i:]
+	n := len(p.holds)
+	if n == 0 {
+		return p.guard
+	}
+	lat := make([]time.Duration, n)
+	for i, h := range p.holds {
+		lat[i] = h.latency
+	}
+	slices.Sort(lat)
+	return min(max(lat[(n*9+9)/10-1], p.guard), p.window)
 }
 
 // nextRoom is when the account may next have room for units: the next

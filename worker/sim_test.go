@@ -1,0 +1,376 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// The tests of this package run whole workers — built by worker.New, with
+// their real lease managers, pacers and pipelines — inside a
+// testing/synctest bubble: Redis is miniredis on in-memory connections
+// (net.Pipe), and the sink is the sink emulator behind sluice's HTTP client,
+// served in-process; so every timer, TTL and sliding window runs on virtual
+// time.
+// Only the queue is a fake (records from memory instead of Kafka). The
+// emulator and the requests' transit times are the oracle: the sink side of
+// the rate promise is judged where the sink accepts each record, exactly,
+// whatever the load on the machine running the test.
+
+// world is one bubble's services: a Redis, a throttled sink, and a shared
+// queue the workers drain.
+type world struct {
+	t     *testing.T
+	mr    *miniredis.Miniredis
+	redis redis.UniversalClient
+	sim   *sinksim.Sim
+	serve http.Handler // the sink emulator behind the requests' transit
+	queue *memQueue
+
+	mu      sync.Mutex
+	accepts []accept // every record the sink charged, in the order accepted
+	transit func(n int) (in, out time.Duration)
+	reqs    int
+	workers []*worker.Worker
+	began   time.Time // when the world began: accepts are offsets from it
+}
+
+// accept is a charge at the sink: when, how many units.
+type accept struct {
+	at    time.Duration // since the world began
+	units int64
+}
+
+// newWorld starts a world; call it inside a bubble. The sink emulator
+// admits at capacity units/s in its strict window mode unless cfg says
+// otherwise; requests take transit(n) to reach it and as long back for the
+// n-th request (default 1 ms each way).
+func newWorld(t *testing.T, cfg sinksim.Config) *world {
+	t.Helper()
+	w := &world{t: t, queue: &memQueue{}, began: time.Now()}
+	w.transit = func(int) (time.Duration, time.Duration) { return time.Millisecond, time.Millisecond }
+	if cfg.Mode == "" {
+		cfg.Mode = sinksim.ModeWindow
+	}
+	var err error
+	w.sim, err = sinksim.New(cfg)
+	require.NoError(t, err)
+	sim := w.sim.Handler()
+	w.serve = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/records" {
+			sim.ServeHTTP(rw, r)
+			return
+		}
+		w.mu.Lock()
+		w.reqs++
+		in, out := w.transit(w.reqs)
+		w.mu.Unlock()
+		time.Sleep(in)
+		rec := httptest.NewRecorder()
+		sim.ServeHTTP(rec, r) // admitted here, at one instant
+		w.note(time.Since(w.began), rec.Body.Bytes())
+		time.Sleep(out)
+		for k, v := range rec.Header() {
+			rw.Header()[k] = v
+		}
+		rw.WriteHeader(rec.Code)
+		_, _ = rw.Write(rec.Body.Bytes())
+	})
+	w.mr = miniredis.NewMiniRedis()
+	w.mr.ClockTTL(true)
+	w.redis = redis.NewClient(&redis.Options{
+		Dialer: func(context.Context, string, string) (net.Conn, error) { return w.mr.Dial() },
+		// No DNS lookup of the (unused) address inside the bubble.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	t.Cleanup(func() {
+		_ = w.redis.Close()
+		w.mr.Close()
+	})
+	return w
+}
+
+// note records the units the sink charged in one answer.
+func (w *world) note(at time.Duration, body []byte) {
+	var res sink.WireResponse
+	if json.Unmarshal(body, &res) != nil {
+		return
+	}
+	var units int64
+	for _, r := range res.Results {
+		if r.Status == sink.StatusStored || r.Status == sink.StatusDuplicate {
+			units += max(r.Charge, 1)
+		}
+	}
+	if units > 0 {
+		w.mu.Lock()
+		w.accepts = append(w.accepts, accept{at, units})
+		w.mu.Unlock()
+	}
+}
+
+// busiest returns the most units the sink accepted in any sliding window
+// of width that starts at or after from.
+func (w *world) busiest(width, from time.Duration) int64 {
+	return w.busiestBetween(width, from, time.Duration(math.MaxInt64))
+}
+
+// busiestBetween returns the most units the sink accepted in any sliding
+// window of width that lies within [from, to).
+func (w *world) busiestBetween(width, from, to time.Duration) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var most int64
+	for i, a := range w.accepts {
+		if a.at < from || a.at+width > to {
+			continue
+		}
+		var sum int64
+		for _, b := range w.accepts[i:] {
+			if b.at-a.at >= width {
+				break
+			}
+			sum += b.units
+		}
+		most = max(most, sum)
+	}
+	return most
+}
+
+// series returns the units the sink accepted in each consecutive step.
+func (w *world) series(step time.Duration) []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []int64
+	for _, a := range w.accepts {
+		i := int(a.at / step)
+		for len(out) <= i {
+			out = append(out, 0)
+		}
+		out[i] += a.units
+	}
+	return out
+}
+
+// lastAccept returns when the sink accepted its latest record.
+func (w *world) lastAccept() time.Duration {
+	_, last := w.span()
+	return last
+}
+
+// span returns the first and last acceptance.
+func (w *world) span() (first, last time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.accepts) == 0 {
+		return 0, 0
+	}
+	return w.accepts[0].at, w.accepts[len(w.accepts)-1].at
+}
+
+// pool stores a pool definition and returns it.
+func (w *world) pool(p lease.Pool) lease.Pool {
+	w.t.Helper()
+	p, err := lease.EnsurePool(w.t.Context(), w.redis, "", p)
+	require.NoError(w.t, err)
+	return p
+}
+
+// sink returns a client of the world's sink emulator.
+func (w *world) sink() *sink.HTTPSink {
+	w.t.Helper()
+	s, err := sink.NewHTTP(sink.HTTPConfig{URL: "http://sink.test", Client: &http.Client{Transport: inProcess{w.serve}}})
+	require.NoError(w.t, err)
+	return s
+}
+
+// start builds a worker with cfg (its Source, Redis, Sink and dead letters
+// filled in) and runs it until the returned stop is called.
+func (w *world) start(id string, cfg worker.Config) (stop func() error) {
+	w.t.Helper()
+	cfg.WorkerID = id
+	cfg.Source = w.queue
+	cfg.Redis = []redis.UniversalClient{w.redis}
+	cfg.Sink = w.sink()
+	cfg.DeadLetters = w.queue
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	wk, err := worker.New(cfg)
+	require.NoError(w.t, err)
+	w.mu.Lock()
+	w.workers = append(w.workers, wk)
+	w.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(w.t.Context()))
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(ctx) }()
+	return func() error { cancel(); return <-done }
+}
+
+// drain runs the workers until every record of the queue is finished (or
+// limit passes) and stops them.
+func (w *world) drain(limit time.Duration, stops ...func() error) {
+	w.t.Helper()
+	deadline := time.Now().Add(limit)
+	for !w.queue.finished() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, stop := range stops {
+		require.NoError(w.t, stop())
+	}
+	require.True(w.t, w.queue.finished(), "not drained within %s: %d of %d done", limit, w.queue.doneCount(), w.queue.len())
+}
+
+// memQueue is a queue all the workers share (a consumer group that hands
+// out records as they ask), and their dead-letter topic.
+type memQueue struct {
+	mu      sync.Mutex
+	recs    []ingest.Record
+	next    int
+	done    map[int64]int
+	letters []ingest.DeadLetter
+	wake    chan struct{}
+}
+
+var (
+	_ ingest.Source      = (*memQueue)(nil)
+	_ ingest.Lagger      = (*memQueue)(nil)
+	_ ingest.DeadLetters = (*memQueue)(nil)
+)
+
+// add appends records with these values.
+func (q *memQueue) add(values ...string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.done == nil {
+		q.done = map[int64]int{}
+	}
+	for _, v := range values {
+		q.recs = append(q.recs, ingest.Record{Value: []byte(v), Pos: ingest.Position{Topic: "t", Offset: int64(len(q.recs))}})
+	}
+	if q.wake != nil {
+		close(q.wake)
+		q.wake = nil
+	}
+}
+
+func (q *memQueue) Fetch(ctx context.Context) (ingest.Record, error) {
+	for {
+		q.mu.Lock()
+		if q.next < len(q.recs) {
+			r := q.recs[q.next]
+			q.next++
+			q.mu.Unlock()
+			return r, nil
+		}
+		if q.wake == nil {
+			q.wake = make(chan struct{})
+		}
+		wake := q.wake
+		q.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ingest.Record{}, ctx.Err()
+		}
+	}
+}
+
+func (q *memQueue) Done(r ingest.Record) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.done[r.Pos.Offset]++
+}
+
+func (q *memQueue) Lag() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return int64(len(q.recs) - q.next)
+}
+
+func (q *memQueue) DeadLetter(_ context.Context, letters ...ingest.DeadLetter) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.letters = append(q.letters, letters...)
+	return nil
+}
+
+func (q *memQueue) finished() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.done) == len(q.recs)
+}
+
+func (q *memQueue) doneCount() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.done)
+}
+
+func (q *memQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.recs)
+}
+
+// inProcess serves requests with a handler in the same goroutine, with no
+// connection: an HTTP client for a testing/synctest bubble.
+type inProcess struct{ h http.Handler }
+
+func (p inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	p.h.ServeHTTP(rec, r)
+	res := rec.Result()
+	res.Request = r
+	return res, nil
+}
+
+// records returns n USGS-shaped records with IDs prefix-0…, padded with
+// pad bytes.
+func records(prefix string, n int, pad func(i int) int) []string {
+	out := make([]string, n)
+	for i := range out {
+		var b bytes.Buffer
+		fmt.Fprintf(&b, `{"id":"%s-%d","mag":%d.%d`, prefix, i, i%7, i%10)
+		if pad != nil {
+			fmt.Fprintf(&b, `,"pad":"%s"`, bytes.Repeat([]byte("x"), pad(i)))
+		}
+		b.WriteByte('}')
+		out[i] = b.String()
+	}
+	return out
+}
+
+// stored returns how many distinct records the sink stored.
+func (w *world) stored() int64 { return w.sim.Stats().Accepted }
+
+// ids returns the dead letters' reasons.
+func (q *memQueue) reasons() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []string
+	for _, l := range q.letters {
+		out = append(out, l.Reason)
+	}
+	return slices.Clip(out)
+}
