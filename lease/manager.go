@@ -58,9 +58,9 @@ type Manager struct {
 	needSince time.Time     // when need last rose from nothing, or the worker's turn ended
 	needMet   time.Time     // since when the worker has held its need; zero while it has not
 	backlog   float64       // units, from SetBacklog; -1 unknown
-	held    map[int]*held // partition → lease
-	ledger  ledger        // leases that stopped counting
-	sched   schedule      // the pool's effective rate over time, as last read from Redis
+	held      map[int]*held // partition → lease
+	ledger    ledger        // leases that stopped counting
+	sched     schedule      // the pool's effective rate over time, as last read from Redis
 }
 
 // held is one lease. mutex is used only by the Run loop (and the renewal
