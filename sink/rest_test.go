@@ -23,7 +23,7 @@ import (
 // restRequest is what the fault-injecting API saw of one request.
 type restRequest struct {
 	method, path, query, body string
-	header                      http.Header
+	header                    http.Header
 }
 
 // faultAPI is a REST API that answers each request as its answer function
