@@ -121,7 +121,7 @@ func NewREST(cfg RESTConfig) (*RESTSink, error) {
 	s := &RESTSink{url: ut, method: method, array: cfg.Array, rules: cfg.Status.withDefaults(), header: cfg.Header.Clone(),
 		timeout: cfg.Timeout, parallel: cmp.Or(cfg.Parallel, ingest.DefaultConcurrency), client: cfg.Client,
 		rate: ingest.NewWindow(time.Second), epoch: time.Now()}
-	if err := s.rules.check(); err != nil {
+	if err := s.rules.Validate(); err != nil {
 		return nil, fmt.Errorf("sink: status rules: %w", err)
 	}
 	if cfg.Body != "" {

@@ -171,10 +171,10 @@ type StatusRules struct {
 	DuplicateOn StatusSet
 }
 
-// check refuses rules that contradict themselves: a status named by two
-// lists at the same specificity, or credentials or throttling taken for
-// a verdict about a record.
-func (r StatusRules) check() error {
+// Validate refuses rules that contradict themselves: the same entry in two
+// lists, or 401, 407 or 429 (credentials, throttling) named as a verdict
+// about a record (a dead-letter or duplicate status).
+func (r StatusRules) Validate() error {
 	lists := []struct {
 		name string
 		set  StatusSet
