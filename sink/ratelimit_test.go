@@ -86,22 +86,28 @@ func TestNearLimit(t *testing.T) {
 // on successes that slow the worker before it is throttled.
 func TestRESTSinkThrottleSignals(t *testing.T) {
 	t.Parallel()
-	date := time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
-	reset := strconv.FormatInt(time.Now().Add(20*time.Second).Unix(), 10)
+	// Dates and Unix times are made when the API answers: whole seconds, so
+	// a wait lies within a second below the one meant.
+	in := func(d time.Duration) time.Time { return time.Now().Add(d) }
 	for _, tt := range []struct {
 		name       string
 		status     int
-		header     http.Header
+		header     func() http.Header
 		throttled  bool
 		retryAfter [2]time.Duration // bounds
 	}{
-		{"429 Retry-After seconds", 429, http.Header{"Retry-After": {"7"}}, true, [2]time.Duration{7 * time.Second, 7 * time.Second}},
-		{"429 Retry-After date", 429, http.Header{"Retry-After": {date}}, true, [2]time.Duration{1 * time.Second, 3 * time.Second}},
-		{"429 without a wait", 429, nil, true, [2]time.Duration{0, 0}},
-		{"503 Retry-After", 503, http.Header{"Retry-After": {"2"}}, true, [2]time.Duration{2 * time.Second, 2 * time.Second}},
-		{"503 without Retry-After is an outage, not throttling", 503, nil, false, [2]time.Duration{0, 0}},
-		{"403 with nothing remaining (GitHub)", 403, http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {reset}}, true, [2]time.Duration{18 * time.Second, 20 * time.Second}},
-		{"429 with the IETF field", 429, http.Header{"Ratelimit": {`"default";r=0;t=4`}}, true, [2]time.Duration{4 * time.Second, 4 * time.Second}},
+		{"429 Retry-After seconds", 429, func() http.Header { return http.Header{"Retry-After": {"7"}} }, true, [2]time.Duration{7 * time.Second, 7 * time.Second}},
+		{"429 Retry-After date", 429, func() http.Header {
+			return http.Header{"Retry-After": {in(10 * time.Second).UTC().Format(http.TimeFormat)}}
+		},
+			true, [2]time.Duration{8 * time.Second, 10 * time.Second}},
+		{"429 without a wait", 429, func() http.Header { return nil }, true, [2]time.Duration{0, 0}},
+		{"503 Retry-After", 503, func() http.Header { return http.Header{"Retry-After": {"2"}} }, true, [2]time.Duration{2 * time.Second, 2 * time.Second}},
+		{"503 without Retry-After is an outage, not throttling", 503, func() http.Header { return nil }, false, [2]time.Duration{0, 0}},
+		{"403 with nothing remaining (GitHub)", 403, func() http.Header {
+			return http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {strconv.FormatInt(in(20*time.Second).Unix(), 10)}}
+		}, true, [2]time.Duration{18 * time.Second, 20 * time.Second}},
+		{"429 with the IETF field", 429, func() http.Header { return http.Header{"Ratelimit": {`"default";r=0;t=4`}} }, true, [2]time.Duration{4 * time.Second, 4 * time.Second}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -109,7 +115,7 @@ func TestRESTSinkThrottleSignals(t *testing.T) {
 				if r.path == "/items/ok" {
 					return http.StatusCreated, nil, ""
 				}
-				return tt.status, tt.header, `{"error":"slow down"}`
+				return tt.status, tt.header(), `{"error":"slow down"}`
 			})
 			s := api.sink(t, RESTConfig{URL: "/items/{$id}"})
 			res, err := s.Write(t.Context(), []ingest.Record{rec("ok", `{}`), rec("x", `{}`)})
@@ -127,13 +133,14 @@ func TestRESTSinkThrottleSignals(t *testing.T) {
 // will run out before it resets at the sink's own pace, and not before.
 func TestRESTSinkNearLimitFromSuccesses(t *testing.T) {
 	t.Parallel()
-	var remaining atomic.Int64
-	remaining.Store(1000)
+	var limit, remaining atomic.Int64
+	limit.Store(100_000)
+	remaining.Store(100_000)
 	api := newFaultAPI(t, func(restRequest) (int, http.Header, string) {
 		return http.StatusCreated, http.Header{
-			"X-Ratelimit-Limit":     {"1000"},
+			"X-Ratelimit-Limit":     {strconv.FormatInt(limit.Load(), 10)},
 			"X-Ratelimit-Remaining": {strconv.FormatInt(remaining.Load(), 10)},
-			"X-Ratelimit-Reset":     {"10"},
+			"X-Ratelimit-Reset":     {"100"},
 		}, ""
 	})
 	s := api.sink(t, RESTConfig{URL: "/items", Parallel: 1})
@@ -141,13 +148,16 @@ func TestRESTSinkNearLimitFromSuccesses(t *testing.T) {
 	for i := range batch {
 		batch[i] = rec(fmt.Sprint(i), `{}`)
 	}
-	// 20 requests in the last second, 10 s to the reset: 200 needed.
+	// Up to 20 requests in the last second, 100 s to the reset: at most
+	// 2,000 needed of 100,000.
 	res, err := s.Write(t.Context(), batch)
 	require.NoError(t, err)
-	require.False(t, res[len(res)-1].NearLimit, "1,000 left: plenty")
+	require.False(t, res[len(res)-1].NearLimit, "plenty left")
+	// 50 of 1,000 left for 100 s: near at any rate above 1.5 requests/s.
+	limit.Store(1000)
 	remaining.Store(50)
 	res, err = s.Write(t.Context(), batch)
 	require.NoError(t, err)
-	require.True(t, res[len(res)-1].NearLimit, "50 left for 10 s at 20-40 requests/s")
+	require.True(t, res[len(res)-1].NearLimit, "50 left for 100 s at the sink's pace")
 	require.Equal(t, ingest.Delivered, res[len(res)-1].Outcome, "outcomes are unaffected")
 }

@@ -53,9 +53,10 @@ const maxSuspects = 4096
 // records was stored; refused whether any answered a dead-letter status;
 // uniform whether every request it sent answered the same dead-letter
 // status; records is how many records those requests carried; key
-// identifies the records (their batch key). It returns true when the write
-// must fail as a whole.
-func (r *refusals) observe(key string, records int, stored, refused, uniform bool) (sinkWide bool) {
+// identifies the records (their batch key). It returns how many more
+// identical answers it takes to dead-letter the records when the write
+// must fail as a whole, else 0.
+func (r *refusals) observe(key string, records int, stored, refused, uniform bool) (left int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if stored {
@@ -65,7 +66,7 @@ func (r *refusals) observe(key string, records int, stored, refused, uniform boo
 	}
 	if !uniform || stored || (records < 2 && r.inRow < 2) {
 		delete(r.suspect, key)
-		return false
+		return 0
 	}
 	if r.suspect == nil || len(r.suspect) >= maxSuspects {
 		r.suspect = map[string]*suspect{}
@@ -79,8 +80,8 @@ func (r *refusals) observe(key string, records int, stored, refused, uniform boo
 	}
 	if s.seen >= s.need {
 		delete(r.suspect, key)
-		return false
+		return 0
 	}
 	s.seen++
-	return true
+	return s.need - s.seen + 1
 }

@@ -20,27 +20,27 @@ func TestRefusalsObserve(t *testing.T) {
 	t.Parallel()
 	var r refusals
 	// A lone bad record after stored ones: a verdict about it.
-	require.False(t, r.observe("ok", 5, true, false, false))
-	require.False(t, r.observe("bad1", 1, false, true, true))
+	require.Zero(t, r.observe("ok", 5, true, false, false))
+	require.Zero(t, r.observe("bad1", 1, false, true, true))
 	// A second refused write with nothing stored between: suspect; its
 	// probe answers the same and it is dead-lettered.
-	require.True(t, r.observe("bad2", 1, false, true, true))
-	require.False(t, r.observe("bad2", 1, false, true, true))
+	require.Positive(t, r.observe("bad2", 1, false, true, true))
+	require.Zero(t, r.observe("bad2", 1, false, true, true))
 	// Stored again: the next lone refusal is a verdict at once.
-	require.False(t, r.observe("ok2", 3, true, false, false))
-	require.False(t, r.observe("bad3", 1, false, true, true))
+	require.Zero(t, r.observe("ok2", 3, true, false, false))
+	require.Zero(t, r.observe("bad3", 1, false, true, true))
 
 	// A batch refused as a whole, with nothing refused before it: one probe.
 	r = refusals{}
-	require.True(t, r.observe("batch", 10, false, true, true))
-	require.False(t, r.observe("ok", 3, true, false, false)) // other writes store meanwhile
-	require.False(t, r.observe("batch", 10, false, true, true))
+	require.Positive(t, r.observe("batch", 10, false, true, true))
+	require.Zero(t, r.observe("ok", 3, true, false, false)) // other writes store meanwhile
+	require.Zero(t, r.observe("batch", 10, false, true, true))
 
 	// Mixed refusals (400 and 422), or a refusal beside a stored record, are
 	// verdicts about the records.
 	r = refusals{}
-	require.False(t, r.observe("mixed", 10, false, true, false))
-	require.False(t, r.observe("partly", 10, true, true, false))
+	require.Zero(t, r.observe("mixed", 10, false, true, false))
+	require.Zero(t, r.observe("partly", 10, true, true, false))
 }
 
 // An API that refuses everything the same way: the writes fail as a whole,
@@ -54,7 +54,7 @@ func TestRefusalsOfEverythingPauseMoreAndMore(t *testing.T) {
 	for w := range 6 {
 		key := fmt.Sprint("w", w)
 		n := 0
-		for r.observe(key, 1, false, true, true) {
+		for 0 < r.observe(key, 1, false, true, true) {
 			n++
 		}
 		probes += n
@@ -66,7 +66,7 @@ func TestRefusalsOfEverythingPauseMoreAndMore(t *testing.T) {
 	require.Equal(t, 6, deadLettered)
 	for w := range 3 {
 		n := 0
-		for r.observe(fmt.Sprint("later", w), 1, false, true, true) {
+		for 0 < r.observe(fmt.Sprint("later", w), 1, false, true, true) {
 			n++
 		}
 		require.Equal(t, maxConfirmations, n, "capped")
@@ -100,7 +100,8 @@ func TestRESTSinkScopeOfRefusals(t *testing.T) {
 	require.Nil(t, res)
 	var se *ingest.SinkError
 	require.ErrorAs(t, err, &se)
-	require.ErrorContains(t, err, "every request of the write answered HTTP 400")
+	require.ErrorContains(t, err, `HTTP 400: {"error":"unknown field"}: every request of the write was refused so`)
+	require.ErrorContains(t, err, "refused so 1 more times")
 	// The pipeline's probe: the same write, alone.
 	res, err = s.Write(t.Context(), batch)
 	require.NoError(t, err)

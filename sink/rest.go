@@ -322,9 +322,7 @@ func (s *RESTSink) send(ctx context.Context, a *restAnswer, target string, body 
 		a.err = err
 		return
 	}
-	for k, vs := range s.header {
-		req.Header[k] = vs
-	}
+	req.Header = s.header.Clone()
 	req.Header.Set(HeaderIdempotencyKey, idemKey)
 	now := s.noteSend()
 	resp, err := s.client.Do(req)
@@ -420,9 +418,9 @@ func (s *RESTSink) judge(batch []ingest.Record, answers []*restAnswer, out []ing
 	if failed == len(answers) {
 		return fmt.Errorf("sink: %s %s: %w", s.method, s.url.shown, firstErr)
 	}
-	if s.refusals.observe(batchKey(sentRecs), records, stored, refused, uniform) {
-		return &ingest.SinkError{Err: fmt.Errorf("sink: %s %s: every request of the write answered HTTP %d with nothing stored since: taken for a refusal of every record until the same records are answered so again (%s)",
-			s.method, s.url.shown, status, answers[0].excerpt)}
+	if left := s.refusals.observe(batchKey(sentRecs), records, stored, refused, uniform); left > 0 {
+		return &ingest.SinkError{Err: fmt.Errorf("sink: %s %s: HTTP %d: %s: every request of the write was refused so with nothing stored since: taken for a refusal of every record (these are dead-lettered if refused so %d more times)",
+			s.method, s.url.shown, status, answers[0].excerpt, left)}
 	}
 	for i, a := range answers {
 		var res ingest.Result

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,14 +179,18 @@ func TestRESTURLTemplate(t *testing.T) {
 		{ID: "id4", Value: []byte(`{"net":null,"code":"x","mag":1,"ok":true}`)},
 		{ID: "id5", Value: []byte(`{"net":{"a":1},"code":"x","mag":1,"ok":true}`)},
 		{ID: "id6", Value: []byte(`[1,2]`)},
+		{ID: "id7", Value: []byte(`{"net":"..","code":"x","mag":1,"ok":true}`)},
+		{ID: "id8", Value: []byte(`{"net":"nc","code":"","mag":1,"ok":true}`)},
 	}
 	res, err := s.Write(t.Context(), batch)
 	require.NoError(t, err)
-	require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Delivered, ingest.Permanent, ingest.Permanent, ingest.Permanent, ingest.Permanent}, outcomesOf(res))
+	require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Delivered, ingest.Permanent, ingest.Permanent, ingest.Permanent, ingest.Permanent, ingest.Permanent, ingest.Permanent}, outcomesOf(res))
 	require.Contains(t, res[2].Reason, `field "code" is missing`)
 	require.Contains(t, res[3].Reason, `field "net" is null`)
 	require.Contains(t, res[4].Reason, `field "net" is an object or array`)
 	require.Contains(t, res[5].Reason, "not a JSON object")
+	require.Contains(t, res[6].Reason, `field "net" is "..", which cannot name a resource`)
+	require.Contains(t, res[7].Reason, `field "code" is "", which cannot name a resource`)
 
 	seen := api.requests()
 	require.Len(t, seen, 2, "unfit records are not sent")
@@ -514,4 +520,34 @@ func TestRESTSinkWarm(t *testing.T) {
 			require.EqualValues(t, 4, conns.Load(), "the writes used the warmed connections")
 		})
 	}
+}
+
+// Open selects the REST sink by its scheme, with the headers file and the
+// Authorization given apart (as the HTTP sink takes them) and the REST
+// options.
+func TestOpenREST(t *testing.T) {
+	t.Parallel()
+	api := newFaultAPI(t, func(restRequest) (int, http.Header, string) { return http.StatusNoContent, nil, "" })
+	headers := filepath.Join(t.TempDir(), "headers")
+	require.NoError(t, os.WriteFile(headers, []byte("# the API's key\nX-Api-Key: k3y\nAuthorization: Basic old\n"), 0o600))
+	s, err := Open(t.Context(), "rest+"+api.srv.URL+"/v2/quakes/{id}", OpenConfig{
+		HeadersFile: headers, Authorization: "Bearer new",
+		REST: RESTOptions{Method: "PATCH", Body: `{"m":"{mag}"}`, Status: StatusRules{DuplicateOn: MustStatusSet("409")}},
+	})
+	require.NoError(t, err)
+	defer s.Close()
+	res, err := s.Write(t.Context(), []ingest.Record{rec("q1", `{"id":"q1","mag":2}`)})
+	require.NoError(t, err)
+	require.Equal(t, ingest.Delivered, res[0].Outcome)
+	seen := api.requests()
+	require.Len(t, seen, 1)
+	require.Equal(t, http.MethodPatch, seen[0].method)
+	require.Equal(t, "/v2/quakes/q1", seen[0].path)
+	require.Equal(t, `{"m":2}`, seen[0].body)
+	require.Equal(t, "k3y", seen[0].header.Get("X-Api-Key"))
+	require.Equal(t, "Bearer new", seen[0].header.Get("Authorization"))
+
+	_, err = Open(t.Context(), "rest+"+api.srv.URL+"/q", OpenConfig{REST: RESTOptions{Method: "GET"}})
+	require.ErrorIs(t, err, ErrSinkURL)
+	require.Equal(t, "rest+https://api.example.com/v1/{id}?k={key}", Redact("rest+https://api.example.com/v1/{id}?k={key}"))
 }

@@ -192,7 +192,8 @@ func parseURLTemplate(raw string) (*urlTemplate, error) {
 }
 
 // render fills the template with a record's fields: path-escaped in the
-// path (a value's '/' cannot add a segment), query-escaped in the query.
+// path (a value's '/' cannot add a segment; "", "." and ".." are refused),
+// query-escaped in the query.
 func (t *urlTemplate) render(f *recordFields) (string, error) {
 	if len(t.parts) == 1 {
 		return t.parts[0], nil
@@ -207,9 +208,13 @@ func (t *urlTemplate) render(f *recordFields) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if t.query[i/2] {
+		switch {
+		case t.query[i/2]:
 			b.WriteString(url.QueryEscape(v))
-		} else {
+		case v == "" || v == "." || v == "..":
+			// An empty or dot segment would address another resource.
+			return "", &fieldError{p, fmt.Sprintf("is %q, which cannot name a resource in the URL's path", v)}
+		default:
 			b.WriteString(url.PathEscape(v))
 		}
 	}
