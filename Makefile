@@ -26,19 +26,21 @@ demo: build ## bulk-load the USGS earthquakes through embedded Kafka, Redis and 
 	@echo "summary written to $(CACHE)/demo-summary.json"
 
 .PHONY: test
-test: ## unit and integration tests with the race detector, one package at a time (the load tests are timing-sensitive; starts redis-server, PostgreSQL and Azurite itself)
+test: ## unit and integration tests with the race detector, one package at a time (the load tests are timing-sensitive; starts redis-server, PostgreSQL, Azurite and json-server itself)
 	scripts/postgres.sh start >/dev/null
 	scripts/azurite.sh start >/dev/null
+	scripts/jsonserver.sh start >/dev/null
 	$(GO) test -race -count=1 -p 1 ./...; \
-		rc=$$?; scripts/postgres.sh stop; scripts/azurite.sh stop; exit $$rc
+		rc=$$?; scripts/postgres.sh stop; scripts/azurite.sh stop; scripts/jsonserver.sh stop; exit $$rc
 
 .PHONY: services-stop
-services-stop: ## stop the PostgreSQL and Azurite that tests started
+services-stop: ## stop the PostgreSQL, Azurite and json-server that tests started
 	scripts/postgres.sh stop
 	scripts/azurite.sh stop
+	scripts/jsonserver.sh stop
 
 .PHONY: e2e
-e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here), separate sluice processes
+e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here), separate sluice processes (the REST sink's tests start their own json-server)
 	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 	scripts/kafka.sh start
 	scripts/redis.sh start

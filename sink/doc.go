@@ -1,7 +1,8 @@
 // Package sink writes records to throttled services: the retry policy, the
-// sinks (HTTPSink, PostgresSink, AzureTablesSink; Open selects one by the
-// --sink URL's scheme), and the throttled sink emulator (`sluice sink-sim`)
-// that is the oracle of every end-to-end test and benchmark.
+// sinks (HTTPSink, RESTSink, PostgresSink, AzureTablesSink; Open selects one
+// by the --sink URL's scheme), and the wire protocol of the throttled sink
+// emulator (`sluice sink-sim`) that is the oracle of every end-to-end test
+// and benchmark.
 //
 // # Retry policy
 //
@@ -12,9 +13,80 @@
 // (capped). RetryableStatus is the same guidance's status list: 408, 429 and
 // 5xx except 501 and 505.
 //
+// # REST sink
+//
+// RESTSink (--sink rest+https://api.example.com/v1/items/{id}) writes to a
+// plain REST API that sluice does not control. Each record is one request
+// (POST by default, PUT or PATCH) to the URL template filled with the
+// record's fields, with the record as the body or a JSON body template
+// filled from it; Parallel requests of a write go at once. With Array, a
+// write is one request whose body is the JSON array of its records' bodies.
+// Every request carries an Idempotency-Key, the hex SHA-256 prefix of its
+// records' IDs, the same on every retry.
+//
+// Pacing. With one record per request, a record is a request: --unit
+// records (the default) makes the pool's capacity requests/s at the API,
+// and the pacer's guarantee (no sliding second over capacity) holds for
+// the API's request count, every request of a write falling between the
+// write's send and its answer. With Array a request carries up to the
+// batch size: the pool counts records (or bytes), which suits APIs that
+// limit records or payload; an API that limits requests is then used below
+// its limit, never above it.
+//
+// Classification. A 2xx answer is a success, whatever its body. Other
+// statuses are classified by StatusRules — RetryOn (default 408, 429, 5xx),
+// DeadLetterOn (default 4xx), DuplicateOn (default none) — where the most
+// specific entry wins (an entry with :TEXT that the body contains, then an
+// exact status, then a class or range). 401, 403, 404, 405, 407, 501 and
+// 505 beat classes and ranges: they are about the request or the API, not
+// the record, unless a list names one exactly (404 for PATCH of items that
+// may not exist). A status no list names, a 3xx (redirects are not
+// followed) among them, fails the write as a whole, as does a write whose
+// every request failed before an answer; a request that failed beside
+// answered ones is retried alone. Throttling is never a verdict about a
+// record: 429, 503 with Retry-After, and 403 or 429 with a rate-limit
+// remaining count of 0 (GitHub's primary rate limit) are Retryable and
+// Throttled whatever the lists say, with the wait of Retry-After (seconds
+// or an HTTP date), x-ms-retry-after-ms, or else the rate limit's reset.
+//
+// Scope of refusals. The API answers each request alone and never says
+// whether a 400 is about the record or about every request (a schema it
+// changed, a body template it no longer accepts). A write is refused when
+// none of its records was stored (2xx or duplicate) and one was refused
+// (a dead-letter status); refused writes in a row count from 1 and a stored
+// record resets them. A write is suspect when every request it sent
+// answered the same dead-letter status and it carried two or more records
+// or followed another refused write. A suspect write fails as a whole (an
+// *ingest.SinkError: the pipeline pauses the sink and keeps the records)
+// as many times as there were refused writes in a row before it (at least
+// once, at most 16); the pipeline probes the paused sink with that write
+// alone, and once its records have been refused that often they are
+// dead-lettered. A lone bad record among stored ones is dead-lettered at
+// once, a bad batch after one probe; an API that refuses everything
+// dead-letters one write before the refusal is recognised, then each
+// further write only after 3, 7, 15 and then 16 failed probes, each after
+// the pipeline's pause (up to 5 s): a stream waits for the API to be fixed
+// instead of draining into the dead-letter topic.
+//
+// Rate-limit feedback. The answers' RateLimit (the IETF httpapi draft's
+// combined field, both shapes, with RateLimit-Policy), RateLimit-Remaining
+// / -Limit / -Reset and X-RateLimit-Remaining / -Limit / -Reset headers
+// set Result.NearLimit, which slows the worker as throttling does, when
+// the quota left would run out before its reset at the sink's own request
+// rate over the last second with a margin of 10 % of the limit (without a
+// reset: at most 10 % of the limit left, or none). A worker alone at the
+// API's limit ends each window with about nothing left and is not slowed;
+// one sharing the API with another client is, before it is refused.
+//
+// Warm-up. Warm opens connections (TCP, and TLS for https) without sending
+// anything: a HEAD or OPTIONS is not known to be safe on an API sluice
+// does not control and would count against its rate limit. The first
+// requests take them (each for at most 10 s).
+//
 // # Wire protocol
 //
-// A sink is addressed by a base URL; all bodies are JSON.
+// The HTTP sink (http://, https://) and the emulator speak sluice's own
+// batch protocol. A sink is addressed by a base URL; all bodies are JSON.
 //
 // POST /v1/records writes one batch. The body is a JSON array of records
 //

@@ -27,6 +27,8 @@ func ExampleCheckURL() {
 		"postgres://sluice@127.0.0.1:15432/app?table=quakes",
 		"postgres://sluice@127.0.0.1:15432/app",
 		"azuretables://127.0.0.1:10102/devstoreaccount1?table=quakes",
+		"rest+https://api.example.com/v1/quakes/{id}?net={net}",
+		"rest+https://{net}.example.com/v1/quakes",
 	} {
 		fmt.Println(sink.CheckURL(u))
 	}
@@ -35,4 +37,16 @@ func ExampleCheckURL() {
 	// <nil>
 	// sink URL: "postgres://sluice@127.0.0.1:15432/app" needs ?table=<name>
 	// <nil>
+	// <nil>
+	// sink URL: url "https://{net}.example.com/v1/quakes": placeholders go in the path or query, never the host; credentials never in the URL
+}
+
+// The record fields a REST sink's URL and body templates read, which a
+// bulk load finds in the file's columns before it produces anything.
+func ExampleTemplateFields() {
+	urlFields, bodyFields, err := sink.TemplateFields("rest+https://api.example.com/v1/{net}/quakes/{id}",
+		`{"magnitude": "{mag}", "title": "M{mag} {place}", "source": "{$record}"}`)
+	fmt.Println(urlFields, bodyFields, err)
+	// Output:
+	// [net id] [mag place] <nil>
 }

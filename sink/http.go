@@ -83,31 +83,11 @@ func NewHTTP(cfg HTTPConfig) (*HTTPSink, error) {
 		return nil, fmt.Errorf("sink: timeout %v is negative", cfg.Timeout)
 	}
 	if cfg.Client == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
-		if cfg.CAFile != "" || cfg.InsecureSkipVerify {
-			tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // opt-in, for tests
-			if cfg.CAFile != "" {
-				pem, err := os.ReadFile(cfg.CAFile)
-				if err != nil {
-					return nil, fmt.Errorf("sink: CA file: %w", err)
-				}
-				pool, err := x509.SystemCertPool()
-				if err != nil {
-					pool = x509.NewCertPool()
-				}
-				if !pool.AppendCertsFromPEM(pem) {
-					return nil, fmt.Errorf("sink: CA file %s: no PEM certificate found", cfg.CAFile)
-				}
-				tc.RootCAs = pool
-			}
-			t.TLSClientConfig = tc
+		t, err := newTransport(cfg.CAFile, cfg.InsecureSkipVerify)
+		if err != nil {
+			return nil, err
 		}
-		cfg.Client = &http.Client{
-			Transport: t,
-			// A redirected POST would turn into a GET; report it instead.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		cfg.Client = &http.Client{Transport: t, CheckRedirect: noRedirects}
 	}
 	base := strings.TrimRight(u.String(), "/")
 	return &HTTPSink{records: base + PathRecords, stats: base + PathStats, timeout: cfg.Timeout, client: cfg.Client,
@@ -177,6 +157,37 @@ func (h *HTTPSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.R
 	}
 	return nil, fmt.Errorf("%w: unexpected HTTP %d", ErrProtocol, code)
 }
+
+// newTransport is the pooled transport of the HTTP sinks: up to 64 idle
+// connections to the sink, TLS as caFile (a PEM file of certificate
+// authorities trusted besides the system's) and insecure say.
+func newTransport(caFile string, insecure bool) (*http.Transport, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
+	if caFile != "" || insecure {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure} //nolint:gosec // opt-in, for tests
+		if caFile != "" {
+			pem, err := os.ReadFile(caFile)
+			if err != nil {
+				return nil, fmt.Errorf("sink: CA file: %w", err)
+			}
+			pool, err := x509.SystemCertPool()
+			if err != nil {
+				pool = x509.NewCertPool()
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("sink: CA file %s: no PEM certificate found", caFile)
+			}
+			tc.RootCAs = pool
+		}
+		t.TLSClientConfig = tc
+	}
+	return t, nil
+}
+
+// noRedirects is the HTTP sinks' redirect policy: a redirected POST would
+// turn into a GET, so the 3xx answer is returned (and reported) instead.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // Warm implements ingest.Warmer: it sends up to conns concurrent GET
 // /v1/stats requests, which opens that many connections (kept idle for

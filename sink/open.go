@@ -39,7 +39,8 @@ type OpenConfig struct {
 	// set instead, names a file holding it (surrounding white space is
 	// ignored).
 	AccountKey, AccountKeyFile string
-	// HeadersFile names a file of extra HTTP headers for the HTTP sink, one
+	// HeadersFile names a file of extra HTTP headers for the HTTP and REST
+	// sinks, one
 	// "Name: value" a line (blank lines and lines starting with # are
 	// skipped); values may be secrets and are never logged.
 	HeadersFile string
@@ -52,8 +53,21 @@ type OpenConfig struct {
 	// HTTPConfig.
 	CAFile             string
 	InsecureSkipVerify bool
+	// REST holds the settings of a rest+http(s):// sink; HeadersFile,
+	// Authorization, CAFile and InsecureSkipVerify apply to it too.
+	REST RESTOptions
 	// Logger receives the sink's events. Default slog.Default().
 	Logger *slog.Logger
+}
+
+// RESTOptions are the settings of a rest+http(s):// sink beyond its URL;
+// see RESTConfig for each.
+type RESTOptions struct {
+	Method   string
+	Array    bool
+	Body     string
+	Status   StatusRules
+	Parallel int
 }
 
 // Opened is a sink opened by Open. Close releases its connections; it is a
@@ -68,6 +82,9 @@ type Opened interface {
 //
 //   - http://host:port, https://host:port: the HTTP sink (the emulator's
 //     batch protocol);
+//   - rest+http://host/path/{field}, rest+https://…: the REST sink
+//     (RESTSink) for a plain API; the URL after "rest+" is the request URL
+//     template (see RESTConfig.URL);
 //   - postgres://user@host:port/db?table=T (also postgresql://): the
 //     PostgreSQL sink; optional query parameters id_column and value_column
 //     (defaults "id" and "value"), create_table=false to not create a
@@ -80,6 +97,12 @@ type Opened interface {
 //     entity-group transaction limits (at most 100 and 4 MiB). The account
 //     key comes from OpenConfig.
 func CheckURL(raw string) error {
+	if target, ok := restTarget(raw); ok {
+		if _, err := parseURLTemplate(target); err != nil {
+			return fmt.Errorf("%w: %w", ErrSinkURL, err)
+		}
+		return nil
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrSinkURL, err)
@@ -107,7 +130,7 @@ func CheckURL(raw string) error {
 			return fmt.Errorf("%w: %q needs ?table=<name> (3-63 letters and digits, not starting with a digit)", ErrSinkURL, raw)
 		}
 	default:
-		return fmt.Errorf("%w: unknown scheme %q in %q (want http, https, postgres or azuretables)", ErrSinkURL, u.Scheme, redact(u))
+		return fmt.Errorf("%w: unknown scheme %q in %q (want http, https, rest+http, rest+https, postgres or azuretables)", ErrSinkURL, u.Scheme, redact(u))
 	}
 	return nil
 }
@@ -127,6 +150,19 @@ func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 	if cfg.StatementTimeout > cfg.Timeout {
 		return nil, fmt.Errorf("%w: the statement timeout %s must fit inside the request timeout %s, or a write could land after the lease it was paced under stopped counting",
 			ErrSinkURL, cfg.StatementTimeout, cfg.Timeout)
+	}
+	if target, ok := restTarget(raw); ok {
+		header, err := sinkHeaders(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s, err := NewREST(RESTConfig{URL: target, Method: cfg.REST.Method, Array: cfg.REST.Array, Body: cfg.REST.Body,
+			Status: cfg.REST.Status, Header: header, Timeout: cfg.Timeout, Parallel: cfg.REST.Parallel,
+			CAFile: cfg.CAFile, InsecureSkipVerify: cfg.InsecureSkipVerify})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSinkURL, err)
+		}
+		return s, nil
 	}
 	u, _ := url.Parse(raw)
 	switch u.Scheme {
@@ -162,12 +198,9 @@ func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 		}
 		return s, nil
 	default:
-		header, err := readHeaders(cfg.HeadersFile)
+		header, err := sinkHeaders(cfg)
 		if err != nil {
 			return nil, err
-		}
-		if cfg.Authorization != "" {
-			header.Set("Authorization", cfg.Authorization)
 		}
 		s, err := NewHTTP(HTTPConfig{URL: raw, Timeout: cfg.Timeout, Header: header, NDJSON: cfg.NDJSON,
 			CAFile: cfg.CAFile, InsecureSkipVerify: cfg.InsecureSkipVerify})
@@ -215,6 +248,19 @@ func azureConfig(u *url.URL, cfg OpenConfig) (AzureTablesConfig, error) {
 	return ac, nil
 }
 
+// sinkHeaders are the HTTP sinks' extra headers: the headers file's, and
+// Authorization when given apart.
+func sinkHeaders(cfg OpenConfig) (http.Header, error) {
+	header, err := readHeaders(cfg.HeadersFile)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Authorization != "" {
+		header.Set("Authorization", cfg.Authorization)
+	}
+	return header, nil
+}
+
 // readHeaders reads the HTTP sink's extra headers from file ("": none).
 // Errors name the file and line but never a value.
 func readHeaders(file string) (http.Header, error) {
@@ -245,6 +291,9 @@ func redact(u *url.URL) string { return u.Redacted() }
 
 // Redact returns a sink URL with any password in it hidden, for messages.
 func Redact(raw string) string {
+	if _, ok := restTarget(raw); ok {
+		return raw // a REST URL holds no credentials (CheckURL refuses them); braces stay readable
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"

@@ -248,9 +248,17 @@ func bulkLoad(c *cli.Context) error {
 }
 
 // wantedFields are the input fields the settings read, by the flag that
-// names them: the ID field and the sink key template's fields.
+// names them: the ID field, the sink key template's fields, and those of a
+// REST sink's URL and body templates.
 func wantedFields(s settings) map[string]string {
 	want := map[string]string{}
+	urlFields, bodyFields, _ := sink.TemplateFields(s.sinkURL, s.sinkOpts.REST.Body) // checked by readSettings
+	for _, f := range bodyFields {
+		want[f] = "--sink-body"
+	}
+	for _, f := range urlFields {
+		want[f] = "--sink"
+	}
 	if s.sinkKey != nil {
 		for _, f := range s.sinkKey.Fields() {
 			want[f] = "--sink-key"

@@ -119,6 +119,13 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		{[]string{"worker", "--capacity", "10", "--sink", "ftp://x"}, "--sink"},
 		// The preflight: every field the settings read is in the file.
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "id", "--sink-key", "{tiem}/{id}", path}, `--sink-key: field "tiem" is not in the input`},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "id", "--sink", "rest+http://127.0.0.1:1/quakes/{code}", path}, `--sink: field "code" is not in the input`},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "id", "--sink", "rest+http://127.0.0.1:1/quakes", "--sink-body", `{"m":"{magnitude}"}`, path}, `--sink-body: field "magnitude" is not in the input`},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--sink", "rest+http://{host}/quakes", path}, "--sink: sink URL: url"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--sink", "rest+http://h/q", "--sink-body", `{"m":`, path}, "--sink-body: body template"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--sink", "rest+http://h/q", "--sink-method", "GET", path}, "--sink-method"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--sink", "rest+http://h/q", "--sink-retry-on", "2xx", path}, "--sink-retry-on: status \"2xx\""},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--sink", "rest+http://h/q", "--sink-dead-letter-on", "400,429", path}, "429 is never a verdict"},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--max-dead-letters", "lots", path}, "--max-dead-letters"},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--send-guard", "1s", path}, "--send-guard"},
 		// Unknown commands are usage errors too, with the closest there is.

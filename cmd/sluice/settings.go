@@ -177,7 +177,9 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	if err := sink.CheckURL(s.sinkURL); err != nil {
 		return s, fmt.Errorf("--sink: %w", err)
 	}
-	s.sinkOpts = sinkOptions(cc, log, s.worker.RequestTimeout)
+	if s.sinkOpts, err = sinkOptions(cc, log, s.worker.RequestTimeout); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -23,6 +25,12 @@ func sinkFlags() []cli.Flag {
 		stringFlag("sink-ca-file", "", "https:// sink: PEM file of extra trusted certificate authorities"),
 		boolFlag("sink-insecure-skip-verify", "https:// sink: do not verify the sink's certificate (tests only)"),
 		stringFlag("azure-account-key-file", "", "azuretables:// sink: file holding the storage account key (else "+envAzureAccountKey+")"),
+		stringFlag("sink-method", "POST", "rest+http(s):// sink: request method: POST, PUT or PATCH"),
+		stringFlag("sink-body", "", "rest+http(s):// sink: JSON body `TEMPLATE`, or @FILE holding one: a string \"{field}\" is the record field's JSON value, \"{$record}\" the whole record, {field} inside a longer string the field's text, {$id} the record ID (default: the record as is)"),
+		boolFlag("sink-array", "rest+http(s):// sink: send a write's records as one JSON array (up to --batch-size) instead of one request per record; the API's answer is every record's"),
+		stringFlag("sink-retry-on", sink.DefaultRetryOn, "rest+http(s):// sink: statuses whose record is written again after a backoff: N, Nxx or N-M, comma-separated, each optionally :TEXT to match only answers whose body contains TEXT (429, 503 with Retry-After and an exhausted rate limit are throttling whatever the lists say)"),
+		stringFlag("sink-dead-letter-on", sink.DefaultDeadLetterOn, "rest+http(s):// sink: statuses that refuse the request's record for good (dead-lettered); a write whose every request is refused the same way with nothing stored pauses the sink instead (see README). 401, 403, 404, 405, 407, 501, 505 and statuses no list names pause the sink unless a list names them exactly"),
+		stringFlag("sink-duplicate-on", sink.DefaultDuplicateOn, "rest+http(s):// sink: statuses meaning the record was stored before, counted as duplicates, not delivered (e.g. 409, or 500:duplicate id for json-server)"),
 	)
 }
 
@@ -33,8 +41,12 @@ const (
 )
 
 // sinkOptions builds sink.Open's config from the sink flags, with the
-// request timeout and the logger of the command.
-func sinkOptions(c *cli.Context, log *slog.Logger, timeout time.Duration) sink.OpenConfig {
+// request timeout and the logger of the command; its errors name the flag.
+func sinkOptions(c *cli.Context, log *slog.Logger, timeout time.Duration) (sink.OpenConfig, error) {
+	rest, err := restOptions(c)
+	if err != nil {
+		return sink.OpenConfig{}, err
+	}
 	return sink.OpenConfig{
 		Timeout:            timeout,
 		StatementTimeout:   c.Duration("sink-statement-timeout"),
@@ -46,6 +58,43 @@ func sinkOptions(c *cli.Context, log *slog.Logger, timeout time.Duration) sink.O
 		NDJSON:             c.Bool("sink-ndjson"),
 		CAFile:             c.String("sink-ca-file"),
 		InsecureSkipVerify: c.Bool("sink-insecure-skip-verify"),
+		REST:               rest,
 		Logger:             log,
+	}, nil
+}
+
+// restOptions reads the rest+http(s):// sink's flags; requests in parallel
+// within a write follow --concurrency.
+func restOptions(c *cli.Context) (sink.RESTOptions, error) {
+	o := sink.RESTOptions{Method: c.String("sink-method"), Array: c.Bool("sink-array"), Parallel: c.Int("concurrency")}
+	switch strings.ToUpper(o.Method) {
+	case "POST", "PUT", "PATCH":
+	default:
+		return o, fmt.Errorf("--sink-method: want POST, PUT or PATCH, got %q", o.Method)
 	}
+	o.Body = c.String("sink-body")
+	if file, ok := strings.CutPrefix(o.Body, "@"); ok {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return o, fmt.Errorf("--sink-body: %w", err)
+		}
+		o.Body = string(data)
+	}
+	if _, _, err := sink.TemplateFields("", o.Body); err != nil {
+		return o, fmt.Errorf("--sink-body: %w", err)
+	}
+	for _, l := range []struct {
+		flag string
+		set  *sink.StatusSet
+	}{{"sink-retry-on", &o.Status.RetryOn}, {"sink-dead-letter-on", &o.Status.DeadLetterOn}, {"sink-duplicate-on", &o.Status.DuplicateOn}} {
+		set, err := sink.ParseStatusSet(c.String(l.flag))
+		if err != nil {
+			return o, fmt.Errorf("--%s: %w", l.flag, err)
+		}
+		*l.set = set
+	}
+	if err := o.Status.Validate(); err != nil {
+		return o, fmt.Errorf("--sink-retry-on, --sink-dead-letter-on, --sink-duplicate-on: %w", err)
+	}
+	return o, nil
 }

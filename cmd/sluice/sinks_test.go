@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,3 +138,69 @@ func TestBulkLoadIntoAzureTables(t *testing.T) {
 // azuriteKey is the Azure Storage emulator's well-known development account
 // key, published by Microsoft for devstoreaccount1; not a secret.
 const azuriteKey = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+// The USGS file's first 1,000 rows plus a row the API refuses (422)
+// through the REST sink into an in-process API that stores items by id
+// and answers 409 for an id it holds: each record once, its body from
+// --sink-body, the bad row dead-lettered alone with the API's reason; a
+// second bulk-load counts 1,000 duplicates (--sink-duplicate-on 409) and
+// stores nothing.
+func TestBulkLoadThroughRESTSink(t *testing.T) {
+	var mu sync.Mutex
+	stored := map[string]map[string]any{}
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var item map[string]any
+		if r.Method != http.MethodPut || json.NewDecoder(r.Body).Decode(&item) != nil {
+			http.Error(w, `{"error":"want PUT of a JSON object"}`, http.StatusBadRequest)
+			return
+		}
+		id := strings.TrimPrefix(r.URL.Path, "/v1/quakes/")
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case id == "sluice-bad-1":
+			http.Error(w, `{"error":"magnitude out of range"}`, http.StatusUnprocessableEntity)
+		case stored[id] != nil:
+			http.Error(w, `{"error":"exists"}`, http.StatusConflict)
+		default:
+			stored[id] = item
+			w.WriteHeader(http.StatusCreated)
+		}
+	}))
+	defer api.Close()
+	data, err := os.ReadFile("../../testdata/usgs-earthquakes-2025-05.csv")
+	require.NoError(t, err)
+	lines := strings.SplitAfter(string(data), "\n")
+	bad := strings.Replace(lines[1], ",nn00898537,", ",sluice-bad-1,", 1)
+	path := filepath.Join(t.TempDir(), "quakes.csv")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines[:1001], "")+bad), 0o600))
+
+	for run := 1; run <= 2; run++ {
+		summary := filepath.Join(t.TempDir(), "summary.json")
+		code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--sink", "rest+"+api.URL+"/v1/quakes/{id}",
+			"--sink-method", "PUT", "--sink-body", `{"id":"{id}","magnitude":"{mag}","where":"{place}","note":"M{mag} {place}"}`,
+			"--sink-duplicate-on", "409", "--capacity", "5000", "--partitions", "4", "--id-field", "id",
+			"--topic", "quakes", "--summary-json", summary, path)
+		require.Equal(t, exitDeadLetters, code, "run %d stderr:\n%s", run, stderr)
+		require.Contains(t, stderr, "magnitude out of range", "the reason is the API's")
+		s := readSummary(t, summary)
+		t.Logf("run %d: %+v", run, s)
+		require.Equal(t, int64(1001), s.RecordsTotal)
+		require.Equal(t, int64(1), s.RecordsDeadLettered)
+		if run == 1 {
+			require.Equal(t, int64(1000), s.RecordsDelivered)
+			require.Zero(t, s.DuplicatesAtSink)
+		} else {
+			require.Zero(t, s.RecordsDelivered, "nothing stored for the first time")
+			require.Equal(t, int64(1000), s.DuplicatesAtSink)
+		}
+		mu.Lock()
+		require.Len(t, stored, 1000, "run %d: every record once", run)
+		mu.Unlock()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	first := stored["nn00898537"]
+	require.Equal(t, "nn00898537", first["id"])
+	require.Equal(t, "M"+fmt.Sprint(first["magnitude"])+" "+fmt.Sprint(first["where"]), first["note"])
+}

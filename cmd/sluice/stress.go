@@ -47,7 +47,11 @@ func stressCommand() *cli.Command {
 			if err := sink.CheckURL(c.String("sink")); err != nil {
 				return usageError(err)
 			}
-			target, err := sink.Open(c.Context, c.String("sink"), sinkOptions(c, log, c.Duration("request-timeout")))
+			opts, err := sinkOptions(c, log, c.Duration("request-timeout"))
+			if err != nil {
+				return usageError(err)
+			}
+			target, err := sink.Open(c.Context, c.String("sink"), opts)
 			if err != nil {
 				return err
 			}
