@@ -84,7 +84,7 @@ func TestRedisOutageStopsWritesAndResumes(t *testing.T) {
 	cache := t.TempDir()
 	redisCmd := func(action string) {
 		cmd := exec.Command("../scripts/redis.sh", action)
-		cmd.Env = append(os.Environ(), "SLUICE_REDIS_PORT="+port, "SLUICE_CACHE="+cache)
+		cmd.Env = append(os.Environ(), "SLUICE_REDIS_PORT="+port, "SLUICE_CACHE="+cache, "SLUICE_REDIS_SECURE=0") // the workers connect without credentials
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, string(out))
 	}
