@@ -80,7 +80,7 @@ func TestTerminatedWorkerHandsOverCleanly(t *testing.T) {
 // Case 4: Redis stopped mid-run: every worker stops writing before its
 // leases' validity ends; Redis back: ingestion resumes; nothing is lost.
 func TestRedisOutageStopsWritesAndResumes(t *testing.T) {
-	port := "16390"
+	port := portOf(t, freeAddr(t)) // a Redis of its own, on a free port
 	cache := t.TempDir()
 	redisCmd := func(action string) {
 		cmd := exec.Command("../scripts/redis.sh", action)
