@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // redisLogEvery is how often RedisLogger lets a warning through: go-redis
@@ -25,51 +27,39 @@ const redisLogEvery = 5 * time.Second
 // else at info level. Warnings are rate-limited to one per 5 s; the next
 // one that passes carries suppressed, the number left out before it.
 type RedisLogger struct {
-	log *slog.Logger
-
-	mu         sync.Mutex
-	next       time.Time // the earliest instant the next warning may pass
-	suppressed int       // warnings left out since the last that passed
+	log        *slog.Logger
+	warn       rate.Sometimes // one warning per redisLogEvery
+	suppressed atomic.Int64   // warnings left out since the last that passed
 }
 
 // NewRedisLogger returns a RedisLogger writing to log.
-func NewRedisLogger(log *slog.Logger) *RedisLogger { return &RedisLogger{log: log} }
+func NewRedisLogger(log *slog.Logger) *RedisLogger {
+	return &RedisLogger{log: log, warn: rate.Sometimes{Interval: redisLogEvery}}
+}
 
 // Printf logs one go-redis line; see RedisLogger.
 func (l *RedisLogger) Printf(ctx context.Context, format string, v ...any) {
 	detail := strings.TrimSpace(fmt.Sprintf(format, v...))
-	level := slog.LevelInfo
-	if redisFailure(detail) {
-		level = slog.LevelWarn
-	}
-	if !l.log.Enabled(ctx, level) {
+	ctx = context.WithoutCancel(ctx)
+	if !redisFailure(detail) {
+		l.log.LogAttrs(ctx, slog.LevelInfo, "redis client", slog.String("detail", detail))
 		return
 	}
-	attrs := []slog.Attr{slog.String("detail", detail)}
-	if level >= slog.LevelWarn {
-		n, ok := l.allow(time.Now())
-		if !ok {
-			return
-		}
-		if n > 0 {
-			attrs = append(attrs, slog.Int("suppressed", n))
-		}
+	if !l.log.Enabled(ctx, slog.LevelWarn) {
+		return
 	}
-	l.log.LogAttrs(context.WithoutCancel(ctx), level, "redis client", attrs...)
-}
-
-// allow reports whether a warning at now may pass, and how many were
-// suppressed before it.
-func (l *RedisLogger) allow(now time.Time) (suppressed int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Before(l.next) {
-		l.suppressed++
-		return 0, false
+	logged := false
+	l.warn.Do(func() {
+		logged = true
+		attrs := []slog.Attr{slog.String("detail", detail)}
+		if n := l.suppressed.Swap(0); n > 0 {
+			attrs = append(attrs, slog.Int64("suppressed", n))
+		}
+		l.log.LogAttrs(ctx, slog.LevelWarn, "redis client", attrs...)
+	})
+	if !logged {
+		l.suppressed.Add(1)
 	}
-	l.next = now.Add(redisLogEvery)
-	suppressed, l.suppressed = l.suppressed, 0
-	return suppressed, true
 }
 
 // redisFailure reports whether a go-redis log line reports a failure.
