@@ -204,7 +204,7 @@ func TestHelmChart(t *testing.T) {
 		require.ElementsMatch(t, []string{"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker"}, r.names(),
 			"by default: the workers and their PDB, nothing else")
 
-		w := checkWorker(t, sluice, r, vals, nil)
+		w := checkWorker(t, sluice, r, nil)
 		require.Equal(t, int32(2), *w.deploy.Spec.Replicas)
 		require.Equal(t, "sluice:0.1.0", w.container.Image, "the image tag defaults to the chart's appVersion")
 		require.Equal(t, "sluice-earthquakes", w.env["SLUICE_GROUP"], "sluice's own default group")
@@ -238,7 +238,7 @@ func TestHelmChart(t *testing.T) {
 			"redis-password":      []byte("not-the-redis-password"),
 		}, secret.Data, "each credential given, under its key, and nothing else")
 
-		w := checkWorker(t, sluice, r, vals, secret)
+		w := checkWorker(t, sluice, r, secret)
 		require.Nil(t, w.deploy.Spec.Replicas, "KEDA owns the replica count")
 		require.Equal(t, "registry.example/sluice:1.2.3", w.container.Image)
 		require.Equal(t, "2000000", w.env["SLUICE_CAPACITY"], "no exponent: the CLI gets the number as written")
@@ -264,8 +264,8 @@ func TestHelmChart(t *testing.T) {
 		require.Contains(t, types, w.env["SLUICE_TYPE"])
 		require.Equal(t, w.env["SLUICE_TOPIC"], types[w.env["SLUICE_TYPE"]].Topic)
 		checkPDB(t, r, w)
-		checkScaledObject(t, r, w, vals)
-		a := checkAPI(t, sluice, r, vals, secret, w)
+		checkScaledObject(t, r, w)
+		a := checkAPI(t, sluice, r, secret, w)
 		require.Equal(t, map[string]string{
 			"SLUICE_API_TOKEN":           "api-token",
 			"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
@@ -283,7 +283,7 @@ func TestHelmChart(t *testing.T) {
 			"TriggerAuthentication/quakes-sluice-kafka", "Secret/quakes-sluice-credentials",
 		}, r.names())
 		secret := decodeOne[corev1.Secret](t, r, "Secret")
-		w := checkWorker(t, sluice, r, vals, secret)
+		w := checkWorker(t, sluice, r, secret)
 		require.Equal(t, map[string]string{
 			"SLUICE_KAFKA_SASL_PASSWORD":     "kafka-sasl-password",
 			"SLUICE_REDIS_PASSWORD":          "redis-password",
@@ -292,7 +292,59 @@ func TestHelmChart(t *testing.T) {
 		require.NotContains(t, w.env, "SLUICE_REDIS_ADDR", "the Sentinels name the master")
 		require.Equal(t, "PLAIN", w.env["SLUICE_KAFKA_SASL_MECHANISM"], "as the CLI spells it")
 		require.NotContains(t, w.env, "SLUICE_KAFKA_CA_FILE", "the system's roots")
-		checkScaledObject(t, r, w, vals)
+		checkScaledObject(t, r, w)
+	})
+
+	t.Run("every combination of the connection settings", func(t *testing.T) {
+		kafka := map[string]string{
+			"plaintext":       "",
+			"TLS, system CAs": "kafka: {tls: {enabled: true}}",
+			"TLS, own CA":     "kafka: {tls: {secretName: kafka-tls, caKey: ca.crt}}",
+			"mTLS":            "kafka: {tls: {secretName: kafka-tls, caKey: ca.crt, certKey: tls.crt, keyKey: tls.key, serverName: kafka.internal}}",
+			"SASL_PLAINTEXT":  "kafka: {sasl: {mechanism: scram-sha-256, username: sluice}}",
+			"SASL_SSL":        "kafka: {tls: {secretName: kafka-tls, caKey: ca.crt}, sasl: {mechanism: SCRAM-SHA-512, username: sluice}}",
+		}
+		redis := map[string]string{
+			"host:port":         "",
+			"ACL user, TLS":     "redis: {addr: 'redis-a:6380,redis-b:6380,redis-c:6380', username: sluice, tls: {enabled: true, secretName: redis-tls, caKey: ca.crt, certKey: tls.crt, keyKey: tls.key}}",
+			"rediss:// URL":     "redis: {addr: 'rediss://sluice@cache:6380/0', tls: {secretName: redis-tls, caKey: ca.crt}}",
+			"Sentinel over TLS": "redis: {addr: '', tls: {enabled: true}, sentinel: {master: m, addrs: 's-0:26379,s-1:26379', username: s}}",
+		}
+		secrets := map[string]string{
+			"created":  "secrets: {create: {kafkaSaslPassword: k, redisPassword: r, redisSentinelPassword: s, apiToken: a}}",
+			"existing": "secrets: {existingSecret: sluice-credentials}",
+		}
+		renders := 0
+		for kName, kVals := range kafka {
+			for rName, rVals := range redis {
+				for sName, sVals := range secrets {
+					for _, keda := range []bool{false, true} {
+						vals := withTypes(values(t, helmRequired, kVals, rVals, sVals, "api: {enabled: true}",
+							fmt.Sprintf("keda: {enabled: %t, minReplicaCount: 1, maxReplicaCount: 3}", keda)))
+						name := fmt.Sprintf("Kafka %s, Redis %s, %s Secret, KEDA %t", kName, rName, sName, keda)
+						r, err := renderChart(t, chrt, vals)
+						require.NoError(t, err, name)
+						for key, doc := range r.docs {
+							decodeStrict(t, key, doc)
+						}
+						var secret *corev1.Secret
+						if sName == "created" {
+							secret = decodeOne[corev1.Secret](t, r, "Secret")
+						}
+						w := checkWorker(t, sluice, r, secret)
+						checkAPI(t, sluice, r, secret, w)
+						if keda {
+							checkScaledObject(t, r, w)
+						} else {
+							require.NotContains(t, r.names(), "ScaledObject/quakes-sluice-worker", name)
+							require.NotContains(t, r.names(), "TriggerAuthentication/quakes-sluice-kafka", name)
+						}
+						renders++
+					}
+				}
+			}
+		}
+		t.Logf("%d combinations rendered and checked", renders)
 	})
 
 	t.Run("existing secret", func(t *testing.T) {
@@ -303,7 +355,7 @@ func TestHelmChart(t *testing.T) {
 		for _, n := range r.names() {
 			require.False(t, strings.HasPrefix(n, "Secret/"), "no Secret is created: %s", n)
 		}
-		w := checkWorker(t, sluice, r, vals, nil)
+		w := checkWorker(t, sluice, r, nil)
 		require.Equal(t, map[string]string{
 			"SLUICE_SINK_AUTHORIZATION":  "sink-authorization",
 			"SLUICE_AZURE_ACCOUNT_KEY":   "azure-account-key",
@@ -311,7 +363,7 @@ func TestHelmChart(t *testing.T) {
 			"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
 			"SLUICE_REDIS_PASSWORD":      "redis-password",
 		}, secretRefs(t, w.container, "sluice-credentials", true), "every key of the existing Secret, each optional")
-		a := checkAPI(t, sluice, r, vals, nil, w)
+		a := checkAPI(t, sluice, r, nil, w)
 		require.Equal(t, map[string]string{
 			"SLUICE_API_TOKEN":           "api-token",
 			"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
@@ -334,8 +386,9 @@ func values(t *testing.T, docs ...string) chartutil.Values {
 
 // rendered is one install's manifests, by kind and name.
 type rendered struct {
-	docs  map[string]string // "Kind/name" → YAML
-	notes string
+	docs   map[string]string // "Kind/name" → YAML
+	notes  string
+	values chartutil.Values // the values given, over the chart's defaults
 }
 
 func (r rendered) names() []string { return slices.Collect(maps.Keys(r.docs)) }
@@ -355,7 +408,9 @@ func renderChart(t *testing.T, chrt *chart.Chart, vals chartutil.Values) (render
 	if err != nil {
 		return rendered{}, err
 	}
-	r := rendered{docs: map[string]string{}, notes: rel.Info.Notes}
+	full, err := chartutil.CoalesceValues(chrt, vals)
+	require.NoError(t, err)
+	r := rendered{docs: map[string]string{}, notes: rel.Info.Notes, values: full}
 	require.Empty(t, rel.Hooks, "the chart has no hooks")
 	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
 		var meta struct {
@@ -621,8 +676,9 @@ func secretRefs(t *testing.T, c corev1.Container, name string, optional bool) ma
 
 // checkWorker checks the worker Deployment against the values and the CLI.
 // A created secret must hold every key the worker takes from it.
-func checkWorker(t *testing.T, sluice *sluiceCLI, r rendered, vals chartutil.Values, secret *corev1.Secret) pod {
+func checkWorker(t *testing.T, sluice *sluiceCLI, r rendered, secret *corev1.Secret) pod {
 	t.Helper()
+	vals := r.values
 	w := podOf(t, r, "quakes-sluice-worker")
 	require.Equal(t, "worker", w.labels["app.kubernetes.io/component"])
 	checkCLI(t, sluice, w, "worker")
@@ -743,8 +799,9 @@ func checkPDB(t *testing.T, r rendered, w pod) {
 // checkScaledObject: KEDA scales the worker Deployment on its consumer
 // group's lag, never beyond the topic's or the pool's partitions, and
 // reads the lag with the workers' own Kafka security (checkKEDAAuth).
-func checkScaledObject(t *testing.T, r rendered, w pod, vals chartutil.Values) {
+func checkScaledObject(t *testing.T, r rendered, w pod) {
 	t.Helper()
+	vals := r.values
 	so := decodeOne[kedav1alpha1.ScaledObject](t, r, "ScaledObject")
 	checkLabels(t, "ScaledObject", so.Labels)
 	require.Equal(t, w.deploy.Name, so.Spec.ScaleTargetRef.Name)
@@ -983,8 +1040,9 @@ func secretEnv(c corev1.Container) map[string]*corev1.SecretKeySelector {
 }
 
 // checkAPI checks the intake API's Deployment and Service.
-func checkAPI(t *testing.T, sluice *sluiceCLI, r rendered, vals chartutil.Values, secret *corev1.Secret, w pod) pod {
+func checkAPI(t *testing.T, sluice *sluiceCLI, r rendered, secret *corev1.Secret, w pod) pod {
 	t.Helper()
+	vals := r.values
 	a := podOf(t, r, "quakes-sluice-api")
 	require.Equal(t, "api", a.labels["app.kubernetes.io/component"])
 	checkCLI(t, sluice, a, "api")
