@@ -52,6 +52,7 @@ E2E_REDIS_URL = redis://$(or $(SLUICE_REDIS_USERNAME),sluice):$(or $(SLUICE_REDI
 e2e: export SLUICE_KAFKA_SECURE = 1
 e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here, secured listeners included), separate sluice processes; the queue package and the security tests against them too
 	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null; } # the secured modes' test certificates
 	@mkdir -p $(CACHE)
 	scripts/kafka.sh start
 	SLUICE_REDIS_SECURE=1 scripts/redis.sh start
