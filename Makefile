@@ -8,7 +8,7 @@ BIN := bin/sluice
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
 .PHONY: build
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
@@ -39,12 +39,31 @@ services-stop: ## stop the PostgreSQL, Azurite and json-server that tests starte
 	scripts/azurite.sh stop
 	scripts/jsonserver.sh stop
 
+# make e2e starts the broker and redis-server in their secured modes: the
+# broker's SASL_SSL, SSL and mTLS listeners (client port + 2, 3, 4) beside
+# its plaintext one, and redis-server with an ACL user, TLS (port + 1) and a
+# Sentinel (port + 2). The cases that are not about security use the
+# plaintext listener and reach Redis as its ACL user (keys sluice:* only).
+# SLUICE_KAFKA_SECURE stays set for the tests, so that the case that
+# restarts the broker restarts it secured.
+E2E_KAFKA_PORT = $(or $(SLUICE_KAFKA_PORT),19092)
+E2E_REDIS_PORT = $(or $(SLUICE_REDIS_PORT),16379)
+E2E_REDIS_URL = redis://$(or $(SLUICE_REDIS_USERNAME),sluice):$(or $(SLUICE_REDIS_PASSWORD),sluice-test-password)@127.0.0.1:$(E2E_REDIS_PORT)
+
 .PHONY: e2e
-e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here), separate sluice processes (the REST sink's tests start their own json-server)
+e2e: export SLUICE_KAFKA_SECURE = 1
+e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here, secured listeners included), separate sluice processes; the queue package and the security tests against them too (the REST sink's tests start their own json-server)
 	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null; } # the secured modes' test certificates
+	@mkdir -p $(CACHE)
 	scripts/kafka.sh start
-	scripts/redis.sh start
-	SLUICE_E2E_BIN=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e/ 2>&1 | tee $(CACHE)/e2e.log; \
+	SLUICE_REDIS_SECURE=1 scripts/redis.sh start
+	( rc=0; \
+		SLUICE_TEST_BROKERS=127.0.0.1:$(E2E_KAFKA_PORT) $(GO) test -race -tags e2e -count=1 ./queue/ || rc=1; \
+		$(GO) test -race -tags e2e -count=1 -run Secure ./lease/ || rc=1; \
+		SLUICE_E2E_BIN=$(abspath $(BIN)) SLUICE_E2E_BROKERS=127.0.0.1:$(E2E_KAFKA_PORT) SLUICE_E2E_REDIS_ADDR='$(E2E_REDIS_URL)' \
+			$(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e/ || rc=1; \
+		exit $$rc ) 2>&1 | tee $(CACHE)/e2e.log; \
 		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; exit $$rc
 
 .PHONY: bench

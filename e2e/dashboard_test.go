@@ -313,7 +313,7 @@ func registeredMetrics(t *testing.T, root string) map[string]registeredMetric {
 	reg := prometheus.NewRegistry()
 	col, err := metrics.New(reg)
 	require.NoError(t, err)
-	col.Add(metrics.Worker{Pool: "quakes", Lease: mgr, Pacer: pacer, Lag: func() int64 { return 42 }}, &ingest.Counters{})
+	col.Add(metrics.Worker{Pool: "quakes", Lease: mgr, Pacer: pacer, Lag: func() int64 { return 42 }, Sink: pausedSink{}}, &ingest.Counters{})
 	col.ObserveWrite("quakes")(10, 5*time.Millisecond)
 	gather(reg)
 	require.Contains(t, out, "sluice_batch_duration_seconds")
@@ -335,6 +335,14 @@ func registeredMetrics(t *testing.T, root string) map[string]registeredMetric {
 	require.Contains(t, out, "sluice_api_requests_total")
 	return out
 }
+
+// pausedSink is a worker's sink state as the collector reads it (the
+// metrics' names and labels do not depend on its values).
+type pausedSink struct{}
+
+func (pausedSink) SinkPaused() (bool, time.Time)  { return true, time.Now().Add(-time.Second) }
+func (pausedSink) SinkPausedTotal() time.Duration { return time.Second }
+func (pausedSink) Ready() error                   { return nil }
 
 type acceptProducer struct{}
 

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,7 +47,8 @@ type env struct {
 	capacity int
 	parts    int
 	ttl      time.Duration
-	sim      string // sink emulator base URL
+	sim      string   // sink emulator base URL
+	vars     []string // environment variables of its sluice processes, beyond the test's own
 }
 
 func newEnv(t testing.TB, capacity, partitions int, ttl time.Duration, simArgs ...string) *env {
@@ -127,6 +129,7 @@ func (e *env) start(name string, args ...string) *proc {
 	f, err := os.Create(logPath)
 	require.NoError(e.t, err)
 	cmd := exec.Command(bin, args...)
+	cmd.Env = e.environ()
 	cmd.Stdout, cmd.Stderr = f, f
 	require.NoError(e.t, cmd.Start(), "start %s (build it with make build)", bin)
 	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
@@ -157,7 +160,9 @@ func (e *env) run(timeout time.Duration, args ...string) (int, string) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.t.Context(), timeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = e.environ()
+	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if err != nil && !errorsAs(err, &exit) {
 		require.NoError(e.t, err)
@@ -167,6 +172,28 @@ func (e *env) run(timeout time.Duration, args ...string) (int, string) {
 		code = exit.ExitCode()
 	}
 	return code, string(out)
+}
+
+// credentialVars are variables that both the scripts and the CLI read (the
+// scripts' test user and password, the CLI's credentials): a process of a
+// test gets them only through env.vars, so that a shell that exported them
+// for scripts/ does not change what sluice connects with.
+var credentialVars = []string{
+	"SLUICE_KAFKA_SASL_USERNAME", "SLUICE_KAFKA_SASL_PASSWORD",
+	"SLUICE_REDIS_USERNAME", "SLUICE_REDIS_PASSWORD", "SLUICE_REDIS_SENTINEL_MASTER", "SLUICE_REDIS_SENTINEL_PASSWORD",
+}
+
+// environ is the environment of the env's sluice processes: the test's,
+// less credentialVars, plus env.vars.
+func (e *env) environ() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(credentialVars, name) {
+			out = append(out, kv)
+		}
+	}
+	return append(out, e.vars...)
 }
 
 func errorsAs(err error, target **exec.ExitError) bool {

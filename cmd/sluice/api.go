@@ -95,7 +95,7 @@ func apiCommand() *cli.Command {
 					return err
 				}
 			}
-			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn})
+			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, Logger: log})
 			if err != nil {
 				return err
 			}

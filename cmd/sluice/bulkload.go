@@ -105,7 +105,7 @@ func bulkLoad(c *cli.Context) error {
 	if err := checkKafka(ctx, brokers, conn); err != nil {
 		return err
 	}
-	clients, err := connectRedis(ctx, s.redis)
+	clients, err := connectRedis(ctx, s.redis, s.log)
 	if err != nil {
 		return err
 	}
@@ -128,12 +128,12 @@ func bulkLoad(c *cli.Context) error {
 		return err
 	}
 	statsSink, _ := target.(ingest.StatsSink)
-	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, RoundRobin: true})
+	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, RoundRobin: true, Logger: s.log})
 	if err != nil {
 		return err
 	}
 	defer producer.Close()
-	kafkaDLQ, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers, Conn: conn})
+	kafkaDLQ, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers, Conn: conn, Logger: s.log})
 	if err != nil {
 		return err
 	}
@@ -328,12 +328,12 @@ func produceCommand() *cli.Command {
 			if err := ensureTopics(c.Context, queue.Admin{Brokers: brokers, Conn: conn}, topic, c.Int("topic-partitions")); err != nil {
 				return err
 			}
-			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn})
+			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, Logger: log})
 			if err != nil {
 				return err
 			}
 			defer producer.Close()
-			dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers, Conn: conn})
+			dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers, Conn: conn, Logger: log})
 			if err != nil {
 				return err
 			}

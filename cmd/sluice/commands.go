@@ -57,13 +57,13 @@ func runWorker(c *cli.Context) error {
 	if err := checkKafka(ctx, first.Brokers, first.Kafka); err != nil {
 		return err
 	}
-	clients, err := connectRedis(ctx, all[0].redis)
+	clients, err := connectRedis(ctx, all[0].redis, all[0].log)
 	if err != nil {
 		return err
 	}
 	defer closeAll(clients)
 	admin := queue.Admin{Brokers: first.Brokers, Conn: first.Kafka}
-	dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: first.Brokers, Conn: first.Kafka})
+	dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: first.Brokers, Conn: first.Kafka, Logger: all[0].log})
 	if err != nil {
 		return err
 	}
@@ -199,14 +199,18 @@ func poolCommand() *cli.Command {
 		Subcommands: []*cli.Command{poolSetCommand(), {
 			Name:         "status",
 			Usage:        "show a pool's definition, its members' demand, and who holds which partition",
-			Flags:        slices.Concat(redisFlags(), []cli.Flag{stringFlag("pool", "default", "pool `name`"), boolFlag("json", "print JSON")}),
+			Flags:        slices.Concat(redisFlags(), []cli.Flag{stringFlag("pool", "default", "pool `name`"), boolFlag("json", "print JSON")}, logFlags()),
 			OnUsageError: onUsageError,
 			Action: func(c *cli.Context) error {
+				log, err := newLogger(c)
+				if err != nil {
+					return usageError(err)
+				}
 				cfg, err := redisConfig(c)
 				if err != nil {
 					return usageError(err)
 				}
-				clients, err := connectRedis(c.Context, cfg)
+				clients, err := connectRedis(c.Context, cfg, log)
 				if err != nil {
 					return err
 				}

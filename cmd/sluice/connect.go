@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 const (
 	envKafkaPassword = "SLUICE_KAFKA_SASL_PASSWORD"
 	envRedisPassword = "SLUICE_REDIS_PASSWORD"
+	envSentinelPass  = "SLUICE_REDIS_SENTINEL_PASSWORD"
 )
 
 // kafkaFlags are the flags of every command that talks to Kafka.
@@ -54,6 +56,8 @@ func redisFlags() []cli.Flag {
 		boolFlag("redis-insecure-skip-verify", "do not verify Redis's certificate (tests only)"),
 		stringFlag("redis-sentinel-master", "", "use Redis Sentinel: the monitored master's `NAME` (--redis-sentinel-addrs name the sentinels)"),
 		stringFlag("redis-sentinel-addrs", "", "Redis Sentinel addresses, `host:port[,host:port...]`"),
+		stringFlag("redis-sentinel-username", "", "ACL user name of the Sentinels themselves, when they require one (the master's is --redis-username)"),
+		stringFlag("redis-sentinel-password-file", "", "`FILE` holding the Sentinels' own password, when they require one (else "+envSentinelPass+")"),
 	)
 }
 
@@ -118,8 +122,13 @@ func redisConfig(c *cli.Context) (lease.RedisConfig, error) {
 		SentinelAddrs:      splitList(c.String("redis-sentinel-addrs")),
 	}
 	if cfg.SentinelMaster != "" {
+		// The Sentinels answer with their own credentials, if any: a
+		// Sentinel without users refuses the master's.
 		cfg.Addrs = nil
-		cfg.SentinelUsername, cfg.SentinelPassword = cfg.Username, cfg.Password
+		cfg.SentinelUsername = c.String("redis-sentinel-username")
+		if cfg.SentinelPassword, err = secret("redis-sentinel-password-file", c.String("redis-sentinel-password-file"), envSentinelPass); err != nil {
+			return cfg, err
+		}
 	} else if len(cfg.Addrs) == 0 {
 		return cfg, errors.New("--redis-addr: at least one host:port or URL is required")
 	}
@@ -128,8 +137,11 @@ func redisConfig(c *cli.Context) (lease.RedisConfig, error) {
 
 // connectRedis builds the Redis clients and checks, within 10 s, that a
 // quorum answers with the credentials given: a wrong password fails the
-// command at start-up (exit 1) instead of being retried silently.
-func connectRedis(ctx context.Context, cfg lease.RedisConfig) ([]redis.UniversalClient, error) {
+// command at start-up (exit 1) instead of being retried silently. go-redis's
+// own log lines go to log from then on (go-redis keeps one logger per
+// process; a command connects once).
+func connectRedis(ctx context.Context, cfg lease.RedisConfig, log *slog.Logger) ([]redis.UniversalClient, error) {
+	redis.SetLogger(lease.NewRedisLogger(log))
 	clients, err := lease.OpenRedis(cfg)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("--redis-*: %w", err))

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"text/tabwriter"
@@ -54,7 +55,7 @@ type reasonCount struct {
 }
 
 func dlqInspect(c *cli.Context) error {
-	admin, topic, err := dlqAdmin(c)
+	admin, topic, _, err := dlqAdmin(c)
 	if err != nil {
 		return err
 	}
@@ -97,7 +98,7 @@ func dlqInspect(c *cli.Context) error {
 }
 
 func dlqReplay(c *cli.Context) error {
-	admin, topic, err := dlqAdmin(c)
+	admin, topic, log, err := dlqAdmin(c)
 	if err != nil {
 		return err
 	}
@@ -122,7 +123,7 @@ func dlqReplay(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "would replay %d dead letters to %s\n", len(picked), topic)
 		return nil
 	}
-	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: admin.Brokers, Conn: admin.Conn})
+	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: admin.Brokers, Conn: admin.Conn, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -136,18 +137,23 @@ func dlqReplay(c *cli.Context) error {
 	return nil
 }
 
-// dlqAdmin reads the Kafka flags and --topic, and checks the brokers.
-func dlqAdmin(c *cli.Context) (queue.Admin, string, error) {
+// dlqAdmin reads the Kafka, logging and --topic flags, and checks the
+// brokers.
+func dlqAdmin(c *cli.Context) (queue.Admin, string, *slog.Logger, error) {
 	topic := c.String("topic")
 	if topic == "" {
-		return queue.Admin{}, "", usageError(errors.New("--topic: the record type's topic is required"))
+		return queue.Admin{}, "", nil, usageError(errors.New("--topic: the record type's topic is required"))
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return queue.Admin{}, "", nil, usageError(err)
 	}
 	brokers, conn, err := kafkaConn(c)
 	if err != nil {
-		return queue.Admin{}, "", usageError(err)
+		return queue.Admin{}, "", nil, usageError(err)
 	}
 	if err := checkKafka(c.Context, brokers, conn); err != nil {
-		return queue.Admin{}, "", err
+		return queue.Admin{}, "", nil, err
 	}
-	return queue.Admin{Brokers: brokers, Conn: conn}, topic, nil
+	return queue.Admin{Brokers: brokers, Conn: conn}, topic, log, nil
 }

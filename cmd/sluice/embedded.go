@@ -28,7 +28,8 @@ func (e *embedded) close() {
 }
 
 // startEmbedded starts an in-process Kafka broker, Redis and sink emulator
-// for each of --brokers, --redis-addr and --sink that was not given, all on
+// for each of --brokers, --redis-addr (or --redis-sentinel-master) and
+// --sink that was not given, all on
 // 127.0.0.1, and points s at them. The emulator is provisioned at the pool
 // capacity unless --sim-capacity says otherwise.
 func startEmbedded(ctx context.Context, c *cli.Context, s *settings) (_ *embedded, err error) {
@@ -46,7 +47,7 @@ func startEmbedded(ctx context.Context, c *cli.Context, s *settings) (_ *embedde
 		e.closers = append(e.closers, kafka.Close)
 		s.worker.Brokers, s.worker.Kafka = kafka.Addrs(), queue.Conn{}
 	}
-	if !c.IsSet("redis-addr") {
+	if !c.IsSet("redis-addr") && !c.IsSet("redis-sentinel-master") {
 		redis := miniredis.NewMiniRedis()
 		redis.ClockTTL(true) // TTLs follow the real clock, so leases expire as in Redis
 		if err := redis.StartAddr("127.0.0.1:0"); err != nil {

@@ -161,7 +161,14 @@ func newLogger(c *cli.Context) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts)), nil
+		log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts))
+		// run reports the command's error through it too, so that
+		// every line on stderr is JSON.
+		if c.App.Metadata == nil {
+			c.App.Metadata = map[string]any{}
+		}
+		c.App.Metadata[metaJSONLog] = log
+		return log, nil
 	}
 	return nil, fmt.Errorf("--log-format: want text or json, got %q", c.String("log-format"))
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -38,15 +39,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	code, msg := exitFailure, err.Error()
 	var exit cli.ExitCoder
 	if errors.As(err, &exit) {
-		if msg := exit.Error(); msg != "" {
+		code = exit.ExitCode()
+	}
+	if msg != "" {
+		if log, ok := app.Metadata[metaJSONLog].(*slog.Logger); ok {
+			log.Error("sluice failed", "err", msg, "exit_code", code)
+		} else {
 			fmt.Fprintln(stderr, "sluice:", msg)
 		}
-		return exit.ExitCode()
 	}
-	fmt.Fprintln(stderr, "sluice:", err)
-	return exitFailure
+	return code
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -82,9 +87,13 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	}
 }
 
-// metaExit is the App.Metadata key of an exit code decided outside an
-// error (an unknown command).
-const metaExit = "exit"
+// App.Metadata keys: metaExit is an exit code decided outside an error (an
+// unknown command); metaJSONLog is the command's logger with --log-format
+// json, through which run reports the command's error.
+const (
+	metaExit    = "exit"
+	metaJSONLog = "json-log"
+)
 
 // commandNotFound reports an unknown command, with the closest one there
 // is, and makes the exit code 2 (bad usage).

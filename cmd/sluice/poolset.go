@@ -27,7 +27,7 @@ func poolSetCommand() *cli.Command {
 			floatFlag("capacity", 0, "new capacity in `units/s` (0: unchanged)"),
 			intFlag("partitions", 0, "new number of partitions (0: unchanged)"),
 			durationFlag("switch-after", 0, "when the change takes effect, from now (default: a third of the lease TTL, at least 1s)"),
-		}),
+		}, logFlags()),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
 			capacity, partitions := c.Float64("capacity"), c.Int("partitions")
@@ -39,11 +39,15 @@ func poolSetCommand() *cli.Command {
 			case partitions < 0:
 				return usageError(fmt.Errorf("--partitions: must be ≥ 1 (got %d)", partitions))
 			}
+			log, err := newLogger(c)
+			if err != nil {
+				return usageError(err)
+			}
 			cfg, err := redisConfig(c)
 			if err != nil {
 				return usageError(err)
 			}
-			clients, err := connectRedis(c.Context, cfg)
+			clients, err := connectRedis(c.Context, cfg, log)
 			if err != nil {
 				return err
 			}

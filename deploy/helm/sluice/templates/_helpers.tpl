@@ -115,8 +115,9 @@ missing (optional); with a created one only keys given a value are passed.
 
 {{/*
 The credentials a component (worker, api) takes from the Secret: pass
-(list $ "worker"). The Kafka SASL and Redis passwords only when enabled:
-the sluice this chart was written for does not read them yet.
+(list $ "worker"). Kafka's SASL password only with a SASL mechanism, the
+Sentinels' password only with Sentinel: the CLI refuses a password it
+would not use.
 */}}
 {{- define "sluice.credentials" -}}
 {{- $ := index . 0 }}
@@ -124,14 +125,136 @@ the sluice this chart was written for does not read them yet.
 {{- include "sluice.secretEnv" (list $ "SLUICE_SINK_AUTHORIZATION" "sinkAuthorization") }}
 {{- include "sluice.secretEnv" (list $ "SLUICE_AZURE_ACCOUNT_KEY" "azureAccountKey") }}
 {{- include "sluice.secretEnv" (list $ "PGPASSWORD" "pgPassword") }}
-{{- if $.Values.redis.auth.enabled }}
 {{- include "sluice.secretEnv" (list $ "SLUICE_REDIS_PASSWORD" "redisPassword") }}
+{{- if $.Values.redis.sentinel.master }}
+{{- include "sluice.secretEnv" (list $ "SLUICE_REDIS_SENTINEL_PASSWORD" "redisSentinelPassword") }}
 {{- end }}
 {{- else }}
 {{- include "sluice.secretEnv" (list $ "SLUICE_API_TOKEN" "apiToken") }}
 {{- end }}
-{{- if $.Values.kafka.sasl.enabled }}
+{{- if $.Values.kafka.sasl.mechanism }}
 {{- include "sluice.secretEnv" (list $ "SLUICE_KAFKA_SASL_PASSWORD" "kafkaSaslPassword") }}
+{{- end }}
+{{- end }}
+
+{{/* The path of a file of a TLS Secret mounted at tls.mountPath: pass (list $tls "keyName"). */}}
+{{- define "sluice.tlsFile" -}}
+{{- $tls := index . 0 }}
+{{- printf "%s/%s" (trimSuffix "/" $tls.mountPath) (index $tls (index . 1)) }}
+{{- end }}
+
+{{/* Whether a TLS block (kafka.tls, redis.tls) asks for TLS: enabled, or a file or server name given. */}}
+{{- define "sluice.tlsOn" -}}
+{{- if or .enabled .caKey .certKey .keyKey .serverName }}true{{ end }}
+{{- end }}
+
+{{/*
+The Kafka connection's plain variables, set into a dict: pass (list $ $env).
+Every component that talks to Kafka (worker, api) gets them.
+*/}}
+{{- define "sluice.kafkaEnv" -}}
+{{- $ := index . 0 }}
+{{- $env := index . 1 }}
+{{- $k := $.Values.kafka }}
+{{- $_ := set $env "SLUICE_BROKERS" $k.brokers }}
+{{- if include "sluice.tlsOn" $k.tls }}
+{{- $_ := set $env "SLUICE_KAFKA_TLS" "true" }}
+{{- end }}
+{{- range $key, $var := dict "caKey" "SLUICE_KAFKA_CA_FILE" "certKey" "SLUICE_KAFKA_CERT_FILE" "keyKey" "SLUICE_KAFKA_KEY_FILE" }}
+{{- if index $k.tls $key }}
+{{- $_ := set $env $var (include "sluice.tlsFile" (list $k.tls $key)) }}
+{{- end }}
+{{- end }}
+{{- if $k.tls.serverName }}
+{{- $_ := set $env "SLUICE_KAFKA_SERVER_NAME" $k.tls.serverName }}
+{{- end }}
+{{- if $k.sasl.mechanism }}
+{{- $_ := set $env "SLUICE_KAFKA_SASL_MECHANISM" (upper $k.sasl.mechanism) }}
+{{- $_ := set $env "SLUICE_KAFKA_SASL_USERNAME" $k.sasl.username }}
+{{- end }}
+{{- end }}
+
+{{/* The Redis connection's plain variables, set into a dict: pass (list $ $env). */}}
+{{- define "sluice.redisEnv" -}}
+{{- $ := index . 0 }}
+{{- $env := index . 1 }}
+{{- $r := $.Values.redis }}
+{{- if $r.sentinel.master }}
+{{- $_ := set $env "SLUICE_REDIS_SENTINEL_MASTER" $r.sentinel.master }}
+{{- $_ := set $env "SLUICE_REDIS_SENTINEL_ADDRS" $r.sentinel.addrs }}
+{{- if $r.sentinel.username }}
+{{- $_ := set $env "SLUICE_REDIS_SENTINEL_USERNAME" $r.sentinel.username }}
+{{- end }}
+{{- else }}
+{{- $_ := set $env "SLUICE_REDIS_ADDR" $r.addr }}
+{{- end }}
+{{- if $r.username }}
+{{- $_ := set $env "SLUICE_REDIS_USERNAME" $r.username }}
+{{- end }}
+{{- if $r.tls.enabled }}
+{{- $_ := set $env "SLUICE_REDIS_TLS" "true" }}
+{{- end }}
+{{- range $key, $var := dict "caKey" "SLUICE_REDIS_CA_FILE" "certKey" "SLUICE_REDIS_CERT_FILE" "keyKey" "SLUICE_REDIS_KEY_FILE" }}
+{{- if index $r.tls $key }}
+{{- $_ := set $env $var (include "sluice.tlsFile" (list $r.tls $key)) }}
+{{- end }}
+{{- end }}
+{{- if $r.tls.serverName }}
+{{- $_ := set $env "SLUICE_REDIS_SERVER_NAME" $r.tls.serverName }}
+{{- end }}
+{{- end }}
+
+{{/*
+The TLS Secrets a component mounts, as "name: tls block" YAML: pass
+(list $ "worker"). The API talks to Kafka only.
+*/}}
+{{- define "sluice.tlsSecrets" -}}
+{{- $ := index . 0 }}
+{{- if $.Values.kafka.tls.secretName }}
+kafka-tls: {{ toJson $.Values.kafka.tls }}
+{{- end }}
+{{- if and (eq (index . 1) "worker") $.Values.redis.tls.secretName }}
+redis-tls: {{ toJson $.Values.redis.tls }}
+{{- end }}
+{{- end }}
+
+{{/* The mounts of the TLS Secrets: pass (list $ "worker"). */}}
+{{- define "sluice.tlsMounts" -}}
+{{- range $name, $tls := include "sluice.tlsSecrets" . | fromYaml }}
+- name: {{ $name }}
+  mountPath: {{ $tls.mountPath }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The volumes of the TLS Secrets: pass (list $ "worker"). */}}
+{{- define "sluice.tlsVolumes" -}}
+{{- range $name, $tls := include "sluice.tlsSecrets" . | fromYaml }}
+- name: {{ $name }}
+  secret:
+    secretName: {{ $tls.secretName }}
+{{- end }}
+{{- end }}
+
+{{/* KEDA's name of a SASL mechanism (its kafka trigger's sasl). */}}
+{{- define "sluice.kedaSASL" -}}
+{{- get (dict "PLAIN" "plaintext" "SCRAM-SHA-256" "scram_sha256" "SCRAM-SHA-512" "scram_sha512") (upper .Values.kafka.sasl.mechanism) }}
+{{- end }}
+
+{{/* Whether KEDA needs a TriggerAuthentication: SASL, or TLS files. */}}
+{{- define "sluice.kedaAuth" -}}
+{{- if and .Values.keda.enabled (or .Values.kafka.sasl.mechanism .Values.kafka.tls.caKey .Values.kafka.tls.certKey) }}true{{ end }}
+{{- end }}
+
+{{/* Checks of a TLS block: pass (list "kafka.tls" $tls). */}}
+{{- define "sluice.validateTLS" -}}
+{{- $name := index . 0 }}
+{{- $tls := index . 1 }}
+{{- if and (or $tls.caKey $tls.certKey $tls.keyKey) (not $tls.secretName) }}
+{{- fail (printf "%s.caKey, certKey and keyKey name files of a Secret: set %s.secretName" $name $name) }}
+{{- end }}
+{{- if ne (empty $tls.certKey) (empty $tls.keyKey) }}
+{{- fail (printf "%s.certKey and %s.keyKey: a client certificate needs both" $name $name) }}
 {{- end }}
 {{- end }}
 
@@ -152,7 +275,31 @@ the sluice this chart was written for does not read them yet.
 {{/* Checks that fail the render with a message naming the value. */}}
 {{- define "sluice.validate" -}}
 {{- $_ := required "kafka.brokers is required: Kafka bootstrap brokers, host:port[,host:port...]" .Values.kafka.brokers }}
-{{- $_ := required "redis.addr is required: the Redis holding the capacity pools, host:port" .Values.redis.addr }}
+{{- $r := .Values.redis }}
+{{- if $r.sentinel.master }}
+{{- $_ := required "redis.sentinel.addrs is required with redis.sentinel.master: the Sentinels, host:port[,host:port...]" $r.sentinel.addrs }}
+{{- if $r.addr }}
+{{- fail "redis.addr and redis.sentinel.master: give one (with Sentinel the master's address comes from the Sentinels)" }}
+{{- end }}
+{{- else }}
+{{- $_ := required "redis.addr is required: the Redis holding the capacity pools, host:port or a redis:// or rediss:// URL (or redis.sentinel.master and addrs)" $r.addr }}
+{{- if and (include "sluice.tlsOn" $r.tls) (contains "redis://" $r.addr) }}
+{{- fail "redis.tls with a redis:// address: use rediss:// (the URL's scheme decides)" }}
+{{- end }}
+{{- end }}
+{{- include "sluice.validateTLS" (list "kafka.tls" .Values.kafka.tls) }}
+{{- include "sluice.validateTLS" (list "redis.tls" $r.tls) }}
+{{- with .Values.kafka.sasl }}
+{{- if .mechanism }}
+{{- if not (has (upper .mechanism) (list "PLAIN" "SCRAM-SHA-256" "SCRAM-SHA-512")) }}
+{{- fail (printf "kafka.sasl.mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512" .mechanism) }}
+{{- end }}
+{{- $_ := required "kafka.sasl.username is required with kafka.sasl.mechanism" .username }}
+{{- if not (or $.Values.secrets.existingSecret $.Values.secrets.create.kafkaSaslPassword) }}
+{{- fail "kafka.sasl.mechanism needs the password: secrets.create.kafkaSaslPassword, or secrets.existingSecret with the key secrets.keys.kafkaSaslPassword" }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $_ := required "sink.url is required: the throttled service, e.g. http://sink:8088 or postgres://user@db:5432/app?table=t" .Values.sink.url }}
 {{- $_ := include "sluice.topic" . }}
 {{- if le (float64 (required "pool.capacity is required: the service's provisioned rate in units/s" .Values.pool.capacity)) 0.0 }}
