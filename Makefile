@@ -26,24 +26,30 @@ demo: build ## bulk-load the USGS earthquakes through embedded Kafka, Redis and 
 	@echo "summary written to $(CACHE)/demo-summary.json"
 
 .PHONY: test
-test: ## unit and integration tests with the race detector, one package at a time (the load tests are timing-sensitive; starts redis-server, PostgreSQL and Azurite itself)
+test: ## unit and integration tests with the race detector, one package at a time (the load tests are timing-sensitive; starts redis-server, PostgreSQL, Azurite, DynamoDB Local and MinIO itself)
 	scripts/postgres.sh start >/dev/null
 	scripts/azurite.sh start >/dev/null
+	scripts/dynamodb.sh start >/dev/null
+	scripts/s3.sh start >/dev/null
 	$(GO) test -race -count=1 -p 1 ./...; \
-		rc=$$?; scripts/postgres.sh stop; scripts/azurite.sh stop; exit $$rc
+		rc=$$?; $(MAKE) --no-print-directory services-stop; exit $$rc
 
 .PHONY: services-stop
-services-stop: ## stop the PostgreSQL and Azurite that tests started
+services-stop: ## stop the PostgreSQL, Azurite, DynamoDB Local and MinIO that tests started
 	scripts/postgres.sh stop
 	scripts/azurite.sh stop
+	scripts/dynamodb.sh stop
+	scripts/s3.sh stop
 
 .PHONY: e2e
-e2e: build ## end-to-end tests: real Apache Kafka and redis-server (started here), separate sluice processes
+e2e: build ## end-to-end tests: real Apache Kafka, redis-server, DynamoDB Local and MinIO (started here), separate sluice processes
 	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 	scripts/kafka.sh start
 	scripts/redis.sh start
+	scripts/dynamodb.sh start >/dev/null
+	scripts/s3.sh start >/dev/null
 	SLUICE_E2E_BIN=$(abspath $(BIN)) $(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e/ 2>&1 | tee $(CACHE)/e2e.log; \
-		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; exit $$rc
+		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; scripts/dynamodb.sh stop; scripts/s3.sh stop; exit $$rc
 
 .PHONY: bench
 bench: ## benchmark scenarios 1-8 beside the alternatives (embedded Kafka and Redis, about 18 min); writes bench/results.json and bench/*.png

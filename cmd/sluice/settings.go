@@ -178,6 +178,7 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 		return s, fmt.Errorf("--sink: %w", err)
 	}
 	s.sinkOpts = sinkOptions(cc, log, s.worker.RequestTimeout)
+	s.sinkOpts.Unit = unit
 	return s, nil
 }
 
