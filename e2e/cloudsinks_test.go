@@ -134,11 +134,13 @@ func s3Units(r *http.Request, _ []byte) int64 {
 
 // loadTwice bulk-loads the USGS file through sinkURL, then again with
 // --no-resume (every record produced and written again), and checks both
-// summaries: the first run stores every record, the second finds them
-// all stored; nothing dead-lettered; every sliding second within the
+// summaries: the first run stores every record (a write whose answer
+// missed the request deadline although the server stored it comes back
+// as a duplicate when retried: there may be a few), the second finds
+// them all stored; nothing dead-lettered; every sliding second within the
 // pool's capacity at the server's door.
 func loadTwice(t *testing.T, e *env, m *meter, sinkURL string, extra ...string) {
-	for run, want := range []struct{ delivered, duplicates int64 }{{usgsRecords, 0}, {0, usgsRecords}} {
+	for run := range 2 {
 		args, summary, _ := e.bulkLoadArgs(sinkURL, usgs, extra...)
 		if run == 1 {
 			args = slices.Insert(args, len(args)-1, "--no-resume")
@@ -151,8 +153,12 @@ func loadTwice(t *testing.T, e *env, m *meter, sinkURL string, extra ...string) 
 			run+1, time.Since(began).Round(time.Millisecond), s.RecordsDelivered, s.DuplicatesAtSink, s.RecordsDeadLettered,
 			s.SinkRequests, s.SinkRecordAttempts, s.SinkThrottled, s.SinkFailedWrites, s.SendMaxUnits1s, s.CapacityUnitsPerS, s.Utilization)
 		require.EqualValues(t, usgsRecords, s.RecordsProduced, "run %d produced the whole file", run+1)
-		require.Equal(t, want.delivered, s.RecordsDelivered, "run %d: delivered (stored for the first time)", run+1)
-		require.Equal(t, want.duplicates, s.DuplicatesAtSink, "run %d: duplicates (stored already)", run+1)
+		require.EqualValues(t, usgsRecords, s.RecordsDelivered+s.DuplicatesAtSink, "run %d: every record stored or found stored", run+1)
+		if run == 0 {
+			require.LessOrEqual(t, s.DuplicatesAtSink, int64(usgsRecords/100), "run 1: duplicates beyond the few ambiguous timeouts")
+		} else {
+			require.Zero(t, s.RecordsDelivered, "run 2: nothing new was stored")
+		}
 		require.Zero(t, s.RecordsDeadLettered)
 		require.LessOrEqual(t, float64(s.SendMaxUnits1s), s.CapacityUnitsPerS, "run %d: a sliding second over capacity at send time", run+1)
 	}
@@ -166,7 +172,7 @@ func loadTwice(t *testing.T, e *env, m *meter, sinkURL string, extra ...string) 
 // pool's unit (1 WCU per started KiB): 9,366 items, each stored once.
 func TestBulkLoadIntoDynamoDBTwice(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1500, 10, 5*time.Second)
+	e := newEnv(t, 200, 4, 5*time.Second)
 	awsEnv()
 	m := newMeter(t, dynamoEndpoint, dynamoUnits)
 	table := e.name
@@ -197,7 +203,7 @@ func TestBulkLoadIntoDynamoDBTwice(t *testing.T) {
 // spread over the 256 two-hex-digit prefixes, each stored once.
 func TestBulkLoadIntoS3Twice(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1000, 10, 5*time.Second)
+	e := newEnv(t, 300, 6, 5*time.Second)
 	awsEnv()
 	m := newMeter(t, s3Endpoint, s3Units)
 	bucket := fmt.Sprintf("e2e-quakes-%d", rand.IntN(1_000_000))

@@ -157,6 +157,7 @@ type DynamoDBSink struct {
 	charge    bool
 	log       *slog.Logger
 	condition string
+	pending   unanswered // keys of puts without an answer
 }
 
 // dynamoKey is one key attribute: its name, its type (S, N or B) and the
@@ -343,6 +344,7 @@ func (d *DynamoDBSink) Close() error {
 // dynamoOp is one record's put.
 type dynamoOp struct {
 	i    int // index in the batch
+	key  string
 	item map[string]types.AttributeValue
 	size int
 }
@@ -364,7 +366,7 @@ func (d *DynamoDBSink) Write(ctx context.Context, batch []ingest.Record) ([]inge
 			out[i] = ingest.Result{Outcome: ingest.Duplicate}
 		default:
 			seen[key] = true
-			ops = append(ops, dynamoOp{i: i, item: item, size: len(r.Value) + dynamoItemOverhead})
+			ops = append(ops, dynamoOp{i: i, key: key, item: item, size: len(r.Value) + dynamoItemOverhead})
 		}
 	}
 	if len(ops) == 0 {
@@ -477,35 +479,28 @@ func (d *DynamoDBSink) putAll(ctx context.Context, ops []dynamoOp, out []ingest.
 	var (
 		mu    sync.Mutex
 		fails []failure
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, dynamoParallel)
 	)
-	for _, op := range ops {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return fails
+	unstarted := fanOut(ctx, len(ops), dynamoParallel, func(k int) {
+		res, err := d.put(ctx, ops[k].key, ops[k].item)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			fails = append(fails, failure{recs: []int{ops[k].i}, err: err})
+			return
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			res, err := d.put(ctx, op.item)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				fails = append(fails, failure{recs: []int{op.i}, err: err})
-				return
-			}
-			out[op.i] = res
-		})
+		out[ops[k].i] = res
+	})
+	for _, k := range unstarted {
+		fails = append(fails, failure{recs: []int{ops[k].i}, err: context.Cause(ctx)})
 	}
-	wg.Wait()
 	return fails
 }
 
 // put writes one item unless its key is stored; err is a failure of the
-// request as a whole (not about the record).
-func (d *DynamoDBSink) put(ctx context.Context, item map[string]types.AttributeValue) (ingest.Result, error) {
+// request as a whole (not about the record). A key found stored is a
+// Duplicate, or Delivered when a put of it here went unanswered before
+// (see unanswered).
+func (d *DynamoDBSink) put(ctx context.Context, key string, item map[string]types.AttributeValue) (ingest.Result, error) {
 	in := &dynamodb.PutItemInput{
 		TableName:                aws.String(d.table),
 		Item:                     item,
@@ -519,6 +514,7 @@ func (d *DynamoDBSink) put(ctx context.Context, item map[string]types.AttributeV
 	defer cancel()
 	resp, err := d.client.PutItem(rctx, in)
 	if err == nil {
+		d.pending.take(key)
 		res := ingest.Result{Outcome: ingest.Delivered}
 		if d.charge && resp.ConsumedCapacity != nil {
 			res.Charge = wcu(aws.ToFloat64(resp.ConsumedCapacity.CapacityUnits))
@@ -526,10 +522,16 @@ func (d *DynamoDBSink) put(ctx context.Context, item map[string]types.AttributeV
 		return res, nil
 	}
 	if _, dup := errors.AsType[*types.ConditionalCheckFailedException](err); dup {
+		if d.pending.take(key) {
+			return ingest.Result{Outcome: ingest.Delivered}, nil
+		}
 		return ingest.Result{Outcome: ingest.Duplicate}, nil
 	}
 	if res, perRecord := classifyDynamo(err); perRecord {
 		return res, nil
+	}
+	if !hasAnswer(err) {
+		d.pending.add(key)
 	}
 	return ingest.Result{}, err
 }
@@ -546,25 +548,20 @@ func (d *DynamoDBSink) writeBatches(ctx context.Context, ops []dynamoOp, batch [
 	var (
 		mu    sync.Mutex
 		fails []failure
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, dynamoParallel)
 	)
-	for _, g := range groups {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return fails
+	unstarted := fanOut(ctx, len(groups), dynamoParallel, func(n int) {
+		f := d.batchWrite(ctx, ops, groups[n], batch, out, &mu)
+		mu.Lock()
+		fails = append(fails, f...)
+		mu.Unlock()
+	})
+	for _, n := range unstarted {
+		f := failure{err: context.Cause(ctx)}
+		for _, k := range groups[n] {
+			f.recs = append(f.recs, ops[k].i)
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			f := d.batchWrite(ctx, ops, g, batch, out, &mu)
-			mu.Lock()
-			fails = append(fails, f...)
-			mu.Unlock()
-		})
+		fails = append(fails, f)
 	}
-	wg.Wait()
 	return fails
 }
 

@@ -2,6 +2,7 @@ package sink
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -357,6 +359,36 @@ func TestDynamoDBThrottling(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Retryable}, outcomesOf(res))
 	require.True(t, res[1].Throttled)
+
+	// The request deadline with one answer in: it stands, and the record
+	// without one is retried as throttled (the server is too slow); its
+	// retry finds it stored by that unanswered put: delivered, not a
+	// duplicate. A later redelivery is a duplicate.
+	release := make(chan struct{})
+	var calls atomic.Int32
+	s = dynamoFake(t, DynamoDBPut, func(_ string, body []byte) (int, string) {
+		if !bytes.Contains(body, []byte(`"S":"b"`)) {
+			return 200, `{}`
+		}
+		if calls.Add(1) == 1 {
+			<-release
+			return 200, `{}`
+		}
+		return 400, `{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"The conditional request failed"}`
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	res, err = s.Write(ctx, recs)
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Retryable}, outcomesOf(res))
+	require.True(t, res[1].Throttled)
+	close(release)
+	res, err = s.Write(t.Context(), recs[1:])
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Outcome{ingest.Delivered}, outcomesOf(res))
+	res, err = s.Write(t.Context(), recs[1:])
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Outcome{ingest.Duplicate}, outcomesOf(res))
 
 	// A 500 for every request: retried, never dead-lettered.
 	s = dynamoFake(t, DynamoDBPut, func(string, []byte) (int, string) {

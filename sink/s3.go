@@ -144,6 +144,7 @@ type S3Sink struct {
 	spread    int
 	timeout   time.Duration
 	log       *slog.Logger
+	pending   unanswered // names of PUTs without an answer
 }
 
 var (
@@ -289,29 +290,21 @@ func (s *S3Sink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.Res
 	var (
 		mu    sync.Mutex
 		fails []failure
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, s3Parallel)
 	)
-loop:
-	for _, i := range sent {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			break loop
+	unstarted := fanOut(ctx, len(sent), s3Parallel, func(k int) {
+		i := sent[k]
+		res, err := s.put(ctx, s.ObjectName(batch[i]), batch[i].Value, "application/json", "")
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			fails = append(fails, failure{recs: []int{i}, err: err})
+			return
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			res, err := s.put(ctx, s.ObjectName(batch[i]), batch[i].Value, "application/json", "")
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				fails = append(fails, failure{recs: []int{i}, err: err})
-				return
-			}
-			out[i] = res
-		})
+		out[i] = res
+	})
+	for _, k := range unstarted {
+		fails = append(fails, failure{recs: []int{sent[k]}, err: context.Cause(ctx)})
 	}
-	wg.Wait()
 	return settle(ctx, "s3", sent, out, fails)
 }
 
@@ -374,7 +367,9 @@ func (s *S3Sink) writeBatch(ctx context.Context, batch []ingest.Record, sent []i
 }
 
 // put writes one object unless it exists; err is a failure of the request
-// as a whole (not about the object).
+// as a whole (not about the object). An object found stored is a
+// Duplicate, or Delivered when a PUT of it here went unanswered before (see
+// unanswered).
 func (s *S3Sink) put(ctx context.Context, name string, body []byte, contentType, encoding string) (ingest.Result, error) {
 	in := &s3.PutObjectInput{
 		Bucket:      aws.String(s.bucket),
@@ -390,10 +385,17 @@ func (s *S3Sink) put(ctx context.Context, name string, body []byte, contentType,
 	defer cancel()
 	_, err := s.client.PutObject(rctx, in)
 	if err == nil {
+		s.pending.take(name)
 		return ingest.Result{Outcome: ingest.Delivered}, nil
 	}
 	if res, perObject := classifyS3(err); perObject {
+		if res.Outcome == ingest.Duplicate && s.pending.take(name) {
+			res.Outcome = ingest.Delivered
+		}
 		return res, nil
+	}
+	if !hasAnswer(err) {
+		s.pending.add(name)
 	}
 	return ingest.Result{}, err
 }

@@ -3,6 +3,7 @@ package sink
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -287,6 +289,46 @@ func TestS3Throttling(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Retryable}, outcomesOf(res))
 	require.False(t, res[1].Throttled)
+
+	// The request deadline with one answer in: it stands, and the record
+	// without one is retried as throttled (the server is too slow).
+	release := make(chan struct{})
+	var calls atomic.Int32
+	slow := s3Fake(t, S3PerRecord, func(key string) (int, http.Header, string) {
+		if !strings.HasSuffix(key, "/b.json") {
+			return 200, nil, ""
+		}
+		if calls.Add(1) == 1 {
+			<-release // stored, but the answer comes too late
+			return 200, nil, ""
+		}
+		return 412, nil, s3Error("PreconditionFailed")
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	res, err = slow.Write(ctx, recs)
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Retryable}, outcomesOf(res))
+	require.True(t, res[1].Throttled)
+	require.Contains(t, res[1].Reason, "no answer within the request deadline")
+	close(release)
+	// Its retry finds it stored: its own unanswered PUT stored it, so it
+	// is delivered, not a duplicate; a later redelivery is a duplicate.
+	res, err = slow.Write(t.Context(), recs[1:])
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Outcome{ingest.Delivered}, outcomesOf(res))
+	res, err = slow.Write(t.Context(), recs[1:])
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Outcome{ingest.Duplicate}, outcomesOf(res))
+
+	// No answer at all: the write failed as a whole.
+	hang := make(chan struct{})
+	defer close(hang)
+	ctx, cancel = context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	res, err = s3Fake(t, S3PerRecord, func(string) (int, http.Header, string) { <-hang; return 200, nil, "" }).Write(ctx, recs)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Nil(t, res)
 
 	// Refused credentials for every PUT: the whole write failed.
 	res, err = s3Fake(t, S3PerRecord, func(string) (int, http.Header, string) { return 403, nil, s3Error("InvalidAccessKeyId") }).Write(t.Context(), recs)
