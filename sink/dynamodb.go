@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -142,10 +143,10 @@ type DynamoDBConfig struct {
 //     those stored are not counted twice.
 //
 // With ReportCharge every request asks for ReturnConsumedCapacity TOTAL:
-// a PutItem's consumed WCU is its record's Charge; a BatchWriteItem's,
-// beyond the estimated costs of its records, goes to its first record (the
-// worker charges the pacer the sum of the excesses). Safe for concurrent
-// use.
+// a PutItem's consumed WCU is its record's Charge; a BatchWriteItem's are
+// shared among its stored records in proportion to their estimated costs
+// (the worker charges the pacer what a Charge exceeds the estimate by, and
+// learns its estimates from the ratio). Safe for concurrent use.
 type DynamoDBSink struct {
 	client    *dynamodb.Client
 	transport *http.Transport // closed by Close
@@ -614,7 +615,7 @@ func (d *DynamoDBSink) batchWrite(ctx context.Context, ops []dynamoOp, g []int, 
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	first, estimate := -1, int64(0)
+	var stored []int
 	for _, k := range g {
 		i := ops[k].i
 		if unprocessed[d.itemKey(ops[k].item)] {
@@ -622,15 +623,43 @@ func (d *DynamoDBSink) batchWrite(ctx context.Context, ops []dynamoOp, g []int, 
 			continue
 		}
 		out[i] = ingest.Result{Outcome: ingest.Delivered}
-		if first < 0 {
-			first = i
-		}
-		estimate += batch[i].Cost
+		stored = append(stored, i)
 	}
-	if d.charge && first >= 0 && wcu(consumed) > estimate {
-		out[first].Charge = batch[first].Cost + wcu(consumed) - estimate
+	if d.charge {
+		shareCharge(out, batch, stored, wcu(consumed))
 	}
 	return nil
+}
+
+// shareCharge splits a request's charge among the records it stored in
+// proportion to their estimated costs (largest remainders, so the shares
+// add up to total): each record's Charge then says what the sink charged
+// per unit of estimate, which is what the worker learns its estimates from.
+func shareCharge(out []ingest.Result, batch []ingest.Record, stored []int, total int64) {
+	var estimate int64
+	for _, i := range stored {
+		estimate += max(batch[i].Cost, 1)
+	}
+	if total <= 0 || estimate == 0 {
+		return
+	}
+	type rem struct {
+		i    int
+		frac int64
+	}
+	var given int64
+	rems := make([]rem, 0, len(stored))
+	for _, i := range stored {
+		c := max(batch[i].Cost, 1) * total
+		out[i].Charge = c / estimate
+		given += out[i].Charge
+		rems = append(rems, rem{i, c % estimate})
+	}
+	slices.SortStableFunc(rems, func(a, b rem) int { return cmp.Compare(b.frac, a.frac) })
+	for k := 0; given < total; k++ {
+		out[rems[k].i].Charge++
+		given++
+	}
 }
 
 // itemKey is the key string of a stored item, as Write's dedupe makes it.

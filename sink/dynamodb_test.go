@@ -256,8 +256,8 @@ func TestDynamoDBReportsConsumedWCU(t *testing.T) {
 			if write == DynamoDBPut {
 				require.Equal(t, []int64{3, 3}, []int64{res[0].Charge, res[1].Charge})
 			} else {
-				// 6 WCU for the request, 2 estimated: the excess on the first.
-				require.Equal(t, []int64{5, 0}, []int64{res[0].Charge, res[1].Charge})
+				// 6 WCU for the request, shared by the estimates (1 and 1).
+				require.Equal(t, []int64{3, 3}, []int64{res[0].Charge, res[1].Charge})
 			}
 			plain := openDynamo(t, write, false)
 			res, err = plain.Write(t.Context(), []ingest.Record{{ID: "a", Value: value, Cost: 1}})
@@ -397,6 +397,17 @@ func TestDynamoDBThrottling(t *testing.T) {
 	res, err = s.Write(t.Context(), recs)
 	require.NoError(t, err)
 	require.Equal(t, []ingest.Outcome{ingest.Retryable, ingest.Retryable}, outcomesOf(res))
+}
+
+func TestShareCharge(t *testing.T) {
+	t.Parallel()
+	batch := []ingest.Record{{Cost: 1}, {Cost: 2}, {Cost: 1}, {Cost: 3}}
+	out := make([]ingest.Result, len(batch))
+	shareCharge(out, batch, []int{0, 1, 3}, 13) // estimates 1+2+3 = 6
+	require.Equal(t, []int64{2, 4, 0, 7}, []int64{out[0].Charge, out[1].Charge, out[2].Charge, out[3].Charge})
+	out = make([]ingest.Result, len(batch))
+	shareCharge(out, batch, []int{0, 2}, 3)
+	require.Equal(t, int64(3), out[0].Charge+out[2].Charge, "the shares add up to the request's charge")
 }
 
 func TestClassifyDynamo(t *testing.T) {

@@ -15,10 +15,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/sluicehq/sluice/ingest"
@@ -211,7 +213,12 @@ func (s *S3Sink) ensureBucket(ctx context.Context, create bool) error {
 	if !create || s3Status(err) != http.StatusNotFound {
 		return fmt.Errorf("sink: s3: bucket %s: %w", s.bucket, err)
 	}
-	if _, err := s.client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(s.bucket)}); err != nil {
+	in := &s3.CreateBucketInput{Bucket: aws.String(s.bucket)}
+	if region := s.client.Options().Region; region != "us-east-1" {
+		// Amazon S3 creates a bucket outside us-east-1 only when told where.
+		in.CreateBucketConfiguration = &types.CreateBucketConfiguration{LocationConstraint: types.BucketLocationConstraint(region)}
+	}
+	if _, err := s.client.CreateBucket(ctx, in); err != nil {
 		if code := s3Code(err); code != "BucketAlreadyOwnedByYou" {
 			return fmt.Errorf("sink: s3: create bucket %s: %w", s.bucket, err)
 		}
@@ -451,8 +458,8 @@ func s3RetryAfter(err error) time.Duration {
 }
 
 // EscapeObjectKey makes a sink key an object name S3 and S3-compatible
-// stores take as it is: control characters, '\' and '%' are
-// percent-encoded, and so are the path segments that are empty, "." or
+// stores take as it is: control characters, '\', '%' and bytes that are
+// not UTF-8 are percent-encoded, and so are the path segments that are empty, "." or
 // ".." (MinIO refuses them, and they confuse file-system gateways; an
 // empty segment becomes "%2F"); '/' stays, so that the key's first
 // component is a prefix. Distinct keys get distinct names.
@@ -468,12 +475,16 @@ func EscapeObjectKey(k string) string {
 			continue
 		}
 		var b strings.Builder
-		for _, c := range []byte(seg) {
-			if c < 0x20 || c == 0x7f || c == '\\' || c == '%' {
+		for len(seg) > 0 {
+			r, size := utf8.DecodeRuneInString(seg)
+			c := seg[0]
+			if (r == utf8.RuneError && size == 1) || c < 0x20 || c == 0x7f || c == '\\' || c == '%' {
 				fmt.Fprintf(&b, "%%%02X", c)
-			} else {
-				b.WriteByte(c)
+				seg = seg[1:]
+				continue
 			}
+			b.WriteString(seg[:size])
+			seg = seg[size:]
 		}
 		segs[n] = b.String()
 	}

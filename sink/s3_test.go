@@ -217,13 +217,14 @@ func TestS3ObjectNames(t *testing.T) {
 	require.JSONEq(t, `{"mag":4.5}`, string(getObject(t, s, "quakes/3f/2025-05-01T00:00:00Z/us1.json")))
 
 	for k, want := range map[string]string{
-		"a/b":   "a/b",
-		"/a":    "%2F/a",
-		"a/":    "a/%2F",
-		"..":    "%2E%2E",
-		"a\x01": "a%01",
-		"50%":   "50%25",
-		"ü/ß":   "ü/ß",
+		"a/b":    "a/b",
+		"/a":     "%2F/a",
+		"a/":     "a/%2F",
+		"..":     "%2E%2E",
+		"a\x01":  "a%01",
+		"50%":    "50%25",
+		"ü/ß":    "ü/ß",
+		"a\xffb": "a%FFb",
 	} {
 		require.Equal(t, want, EscapeObjectKey(k), k)
 	}
