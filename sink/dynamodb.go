@@ -140,7 +140,12 @@ type DynamoDBConfig struct {
 //     (ResourceNotFoundException), refused credentials, an endpoint that
 //     does not answer — is the error of Write when no record of it was
 //     stored; records next to stored ones are Retryable instead, so that
-//     those stored are not counted twice.
+//     those stored are not counted twice;
+//   - when the request deadline ends a Write with some answers in, they
+//     stand and the records without one are Retryable and Throttled (the
+//     table is slower than the pool's rate); a put that went unanswered
+//     and whose retry finds its key stored is Delivered, not Duplicate
+//     (see unanswered).
 //
 // With ReportCharge every request asks for ReturnConsumedCapacity TOTAL:
 // a PutItem's consumed WCU is its record's Charge; a BatchWriteItem's are

@@ -134,6 +134,11 @@ type S3Config struct {
 //     failed PUTs. In the per-batch layout every failure of the PUT is the
 //     Write's error, so that the batch is retried whole, under the same
 //     name.
+//   - when the request deadline ends a Write with some answers in, they
+//     stand and the records without one are Retryable and Throttled (the
+//     store is slower than the pool's rate); a PUT that went unanswered
+//     and whose retry finds its object stored (412) is Delivered, not
+//     Duplicate (see unanswered).
 //
 // Safe for concurrent use.
 type S3Sink struct {
