@@ -205,7 +205,9 @@ func NewDynamoDB(ctx context.Context, cfg DynamoDBConfig) (*DynamoDBSink, error)
 		charge:    cfg.ReportCharge,
 		log:       cmp.Or(cfg.Logger, slog.Default()),
 	}
-	desc, err := d.describe(ctx, cfg)
+	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	desc, err := d.describe(sctx, cfg)
 	if err != nil {
 		d.Close()
 		return nil, err
@@ -222,7 +224,7 @@ func NewDynamoDB(ctx context.Context, cfg DynamoDBConfig) (*DynamoDBSink, error)
 // the region and endpoint of cfg, no SDK retries (the worker retries, each
 // attempt paced and charged) and a connection pool for parallel puts.
 func newDynamoClient(ctx context.Context, cfg DynamoDBConfig) (*dynamodb.Client, *http.Transport, error) {
-	awsCfg, transport, err := awsConfig(ctx, cfg.Region, cfg.Timeout)
+	awsCfg, transport, err := awsConfig(ctx, cfg.Region)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: AWS configuration: %w", ErrDynamoDBConfig, err)
 	}
@@ -269,7 +271,7 @@ func (d *DynamoDBSink) describe(ctx context.Context, cfg DynamoDBConfig) (*types
 		}
 	}
 	desc, err := dynamodb.NewTableExistsWaiter(d.client).WaitForOutput(ctx,
-		&dynamodb.DescribeTableInput{TableName: aws.String(d.table)}, 2*time.Minute)
+		&dynamodb.DescribeTableInput{TableName: aws.String(d.table)}, setupTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("sink: dynamodb: table %s did not become active: %w", d.table, err)
 	}

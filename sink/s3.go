@@ -181,7 +181,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3Sink, error) {
 	if cfg.Prefix != "" && !strings.HasSuffix(cfg.Prefix, "/") {
 		cfg.Prefix += "/"
 	}
-	awsCfg, transport, err := awsConfig(ctx, cfg.Region, cfg.Timeout)
+	awsCfg, transport, err := awsConfig(ctx, cfg.Region)
 	if err != nil {
 		return nil, fmt.Errorf("%w: AWS configuration: %w", ErrS3Config, err)
 	}
@@ -203,7 +203,9 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3Sink, error) {
 		timeout:   cfg.Timeout,
 		log:       cmp.Or(cfg.Logger, slog.Default()),
 	}
-	if err := s.ensureBucket(ctx, cfg.CreateBucket); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	if err := s.ensureBucket(sctx, cfg.CreateBucket); err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -85,7 +85,7 @@ func s3Stopped(t *testing.T, layout S3Layout) ingest.Sink {
 // s3Client is a sink on endpoint without the bucket check of NewS3.
 func s3Client(t *testing.T, endpoint string, layout S3Layout) *S3Sink {
 	awsTestCredentials()
-	cfg, transport, err := awsConfig(t.Context(), "us-east-1", 2*time.Second)
+	cfg, transport, err := awsConfig(t.Context(), "us-east-1")
 	require.NoError(t, err)
 	client := s3.NewFromConfig(cfg, func(o *s3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(endpoint), true })
 	s := &S3Sink{client: client, transport: transport, bucket: "quakes", layout: layout, spread: DefaultS3Spread,
