@@ -1,8 +1,36 @@
 // Package sink writes records to throttled services: the retry policy, the
-// sinks (HTTPSink, RESTSink, PostgresSink, AzureTablesSink; Open selects one
-// by the --sink URL's scheme), and the wire protocol of the throttled sink
-// emulator (`sluice sink-sim`) that is the oracle of every end-to-end test
-// and benchmark.
+// sinks (HTTPSink, RESTSink, PostgresSink, AzureTablesSink, DynamoDBSink,
+// S3Sink; Open selects one by the --sink URL's scheme), and the wire
+// protocol of the throttled sink emulator (`sluice sink-sim`, package
+// sinksim) that is the oracle of every end-to-end test and benchmark.
+//
+// # Failure scope
+//
+// Every sink classifies each answer by its scope before the records are
+// touched: a verdict about one record (a constraint violation, an item
+// DynamoDB refuses, an object name S3 refuses) is that record's Permanent
+// result and dead-letters it alone; a failure of the whole request or of
+// the sink (refused credentials, a missing table or bucket, an endpoint
+// that does not answer, an answer that cannot be read) is the error of
+// Write, which pauses the worker and never consumes a record. Throttling
+// (HTTP 429, 503 SlowDown, ServerBusy, DynamoDB's
+// ProvisionedThroughputExceededException) is Retryable with Throttled set
+// per record, or an *ingest.SinkError with Throttled set when it hit the
+// whole request; it is never a reason to dead-letter. The sinks that send
+// a Write as several requests (DynamoDB's puts, S3's objects) report the
+// error of a failed request as Write's error only when no record of the
+// Write was stored, so that the stored ones are not counted twice.
+//
+// # Cloud sinks
+//
+// DynamoDBSink and S3Sink use the AWS SDK for Go v2 with its default
+// credential chain, and no SDK retries: every attempt goes through the
+// worker, which paces it and charges it. DynamoDBSink writes conditional
+// PutItems (a redelivery is a Duplicate) or BatchWriteItems of 25 (a
+// redelivery is rewritten), and reports the write capacity units consumed
+// when the pool counts WCU; S3Sink writes one object per record named by
+// its sink key, or one NDJSON object per batch, with If-None-Match: * so
+// that an object stored already is a Duplicate.
 //
 // # Retry policy
 //

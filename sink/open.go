@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +57,11 @@ type OpenConfig struct {
 	// REST holds the settings of a rest+http(s):// sink; HeadersFile,
 	// Authorization, CAFile and InsecureSkipVerify apply to it too.
 	REST RESTOptions
+	// Unit is the pool's unit. The DynamoDB sink reports the write
+	// capacity units it consumed as charges only when it is
+	// ingest.UnitCost (the pool counts WCU); a charge in WCU would be
+	// misread in records or bytes.
+	Unit ingest.Unit
 	// Logger receives the sink's events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -95,7 +101,11 @@ type Opened interface {
 //     azuretables://account.table.core.windows.net?table=T: the account is
 //     the host's first label. Optional batch_ops and batch_bytes lower the
 //     entity-group transaction limits (at most 100 and 4 MiB). The account
-//     key comes from OpenConfig.
+//     key comes from OpenConfig;
+//   - dynamodb://table?region=R&endpoint=E: the DynamoDB sink
+//     (DynamoDBSink); see DynamoDBURLParams for the options;
+//   - s3://bucket/prefix?endpoint=E: the S3-compatible object-store sink
+//     (S3Sink); see S3URLParams for the options.
 func CheckURL(raw string) error {
 	if target, ok := restTarget(raw); ok {
 		if _, err := parseURLTemplate(target); err != nil {
@@ -129,8 +139,16 @@ func CheckURL(raw string) error {
 		if !validTableName(u.Query().Get("table")) {
 			return fmt.Errorf("%w: %q needs ?table=<name> (3-63 letters and digits, not starting with a digit)", ErrSinkURL, raw)
 		}
+	case "dynamodb":
+		if _, err := dynamoConfig(u, OpenConfig{}); err != nil {
+			return err
+		}
+	case "s3":
+		if _, err := s3Config(u, OpenConfig{}); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("%w: unknown scheme %q in %q (want http, https, rest+http, rest+https, postgres or azuretables)", ErrSinkURL, u.Scheme, redact(u))
+		return fmt.Errorf("%w: unknown scheme %q in %q (want http, https, rest+http, rest+https, postgres, azuretables, dynamodb or s3)", ErrSinkURL, u.Scheme, redact(u))
 	}
 	return nil
 }
@@ -197,6 +215,20 @@ func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 			return nil, fmt.Errorf("%w %s: %w", ErrSinkURL, raw, err)
 		}
 		return s, nil
+	case "dynamodb":
+		dc, _ := dynamoConfig(u, cfg)
+		s, err := NewDynamoDB(ctx, dc)
+		if err != nil {
+			return nil, fmt.Errorf("%w %s: %w", ErrSinkURL, raw, err)
+		}
+		return s, nil
+	case "s3":
+		sc, _ := s3Config(u, cfg)
+		s, err := NewS3(ctx, sc)
+		if err != nil {
+			return nil, fmt.Errorf("%w %s: %w", ErrSinkURL, raw, err)
+		}
+		return s, nil
 	default:
 		header, err := sinkHeaders(cfg)
 		if err != nil {
@@ -259,6 +291,132 @@ func sinkHeaders(cfg OpenConfig) (http.Header, error) {
 		header.Set("Authorization", cfg.Authorization)
 	}
 	return header, nil
+}
+
+// DynamoDBURLParams are the query parameters of a dynamodb://table URL:
+//
+//   - region: the AWS region (default: the SDK's, from AWS_REGION or the
+//     profile);
+//   - endpoint: a URL that replaces the region's endpoint, e.g.
+//     http://127.0.0.1:8000 for DynamoDB Local;
+//   - write: put (conditional PutItems, the default: a redelivery is a
+//     duplicate) or batch (BatchWriteItems of 25: a redelivery is
+//     rewritten and counted as delivered);
+//   - pk, sk: the table's partition and sort key attribute names, checked
+//     against the table, and used by create_table (default pk, no sort key);
+//   - pk_field, sk_field: record fields the keys' values come from
+//     (default: the sink key);
+//   - create_table=true: create a missing table (on-demand capacity).
+var DynamoDBURLParams = []string{"region", "endpoint", "write", "pk", "sk", "pk_field", "sk_field", "create_table"}
+
+// dynamoConfig reads a dynamodb:// URL.
+func dynamoConfig(u *url.URL, cfg OpenConfig) (DynamoDBConfig, error) {
+	q := u.Query()
+	dc := DynamoDBConfig{
+		Table: u.Host, Region: q.Get("region"), Endpoint: q.Get("endpoint"),
+		PartitionKey: q.Get("pk"), SortKey: q.Get("sk"),
+		PartitionKeyField: q.Get("pk_field"), SortKeyField: q.Get("sk_field"),
+		Write: DynamoDBWrite(q.Get("write")), Timeout: cfg.Timeout,
+		ReportCharge: cfg.Unit == ingest.UnitCost, Logger: cfg.Logger,
+	}
+	if err := knownParams(u, DynamoDBURLParams); err != nil {
+		return dc, err
+	}
+	if u.User != nil {
+		return dc, fmt.Errorf("%w: %q: credentials do not belong in the URL; the AWS SDK's default chain supplies them", ErrSinkURL, u.Redacted())
+	}
+	if !validDynamoTable(dc.Table) || (u.Path != "" && u.Path != "/") {
+		return dc, fmt.Errorf("%w: %q: want dynamodb://<table> with a table name of 3-255 letters, digits, '_', '-' or '.'", ErrSinkURL, u.Redacted())
+	}
+	if dc.Write != "" && dc.Write != DynamoDBPut && dc.Write != DynamoDBBatch {
+		return dc, fmt.Errorf("%w: %q: write=%s: want put or batch", ErrSinkURL, u.Redacted(), dc.Write)
+	}
+	if v := q.Get("create_table"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return dc, fmt.Errorf("%w: %q: create_table=%s: want true or false", ErrSinkURL, u.Redacted(), v)
+		}
+		dc.CreateTable = b
+	}
+	if dc.Endpoint != "" {
+		if e, err := url.Parse(dc.Endpoint); err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+			return dc, fmt.Errorf("%w: %q: endpoint=%s: want http(s)://host[:port]", ErrSinkURL, u.Redacted(), dc.Endpoint)
+		}
+	}
+	return dc, nil
+}
+
+// S3URLParams are the query parameters of an s3://bucket/prefix URL:
+//
+//   - endpoint: the S3-compatible server's URL, e.g. http://127.0.0.1:9000
+//     (default: Amazon S3);
+//   - region: the bucket's region (default: the SDK's, else us-east-1);
+//   - layout: record (one object per record, named by its sink key; the
+//     default) or batch (one NDJSON object per request);
+//   - gzip=true: gzip the batch layout's objects;
+//   - spread=N: hex digits of the batch layout's name prefix (default 2);
+//   - virtual_host=true: bucket.endpoint addressing instead of paths;
+//   - create_bucket=true: create a missing bucket.
+var S3URLParams = []string{"endpoint", "region", "layout", "gzip", "spread", "virtual_host", "create_bucket"}
+
+// s3Config reads an s3:// URL.
+func s3Config(u *url.URL, cfg OpenConfig) (S3Config, error) {
+	q := u.Query()
+	sc := S3Config{
+		Bucket: u.Host, Prefix: strings.TrimPrefix(u.Path, "/"), Region: q.Get("region"), Endpoint: q.Get("endpoint"),
+		Layout: S3Layout(q.Get("layout")), Timeout: cfg.Timeout, Logger: cfg.Logger,
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %q: %s", ErrSinkURL, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	if err := knownParams(u, S3URLParams); err != nil {
+		return sc, err
+	}
+	if u.User != nil {
+		return sc, bad("credentials do not belong in the URL; the AWS SDK's default chain supplies them")
+	}
+	if !validBucket(sc.Bucket) {
+		return sc, bad("want s3://<bucket>[/prefix] with a bucket name of 3-63 lower-case letters, digits, '.' or '-'")
+	}
+	if sc.Layout != "" && sc.Layout != S3PerRecord && sc.Layout != S3PerBatch {
+		return sc, bad("layout=%s: want record or batch", sc.Layout)
+	}
+	for param, dst := range map[string]*bool{"gzip": &sc.Gzip, "virtual_host": &sc.VirtualHost, "create_bucket": &sc.CreateBucket} {
+		if v := q.Get(param); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return sc, bad("%s=%s: want true or false", param, v)
+			}
+			*dst = b
+		}
+	}
+	if v := q.Get("spread"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 32 {
+			return sc, bad("spread=%s: want 1..32 hex digits", v)
+		}
+		sc.Spread = n
+	}
+	if sc.Gzip && sc.Layout != S3PerBatch {
+		return sc, bad("gzip=true needs layout=batch")
+	}
+	if sc.Endpoint != "" {
+		if e, err := url.Parse(sc.Endpoint); err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+			return sc, bad("endpoint=%s: want http(s)://host[:port]", sc.Endpoint)
+		}
+	}
+	return sc, nil
+}
+
+// knownParams refuses query parameters other than known, so that a typo
+// is not silently ignored.
+func knownParams(u *url.URL, known []string) error {
+	for k := range u.Query() {
+		if !slices.Contains(known, k) {
+			return fmt.Errorf("%w: %q: unknown option %q (want %s)", ErrSinkURL, u.Redacted(), k, strings.Join(known, ", "))
+		}
+	}
+	return nil
 }
 
 // readHeaders reads the HTTP sink's extra headers from file ("": none).

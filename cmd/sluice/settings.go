@@ -180,6 +180,7 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	if s.sinkOpts, err = sinkOptions(cc, log, s.worker.RequestTimeout); err != nil {
 		return s, err
 	}
+	s.sinkOpts.Unit = unit
 	return s, nil
 }
 
