@@ -186,10 +186,11 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 	step := span / time.Duration(len(units))
 	var last time.Time // when the previous send went
 	for i, u := range units {
-		// On schedule, and never closer than step to the previous send: a
-		// send the account held back shifts the ones after it instead of
-		// letting them go in a bunch.
-		if !sleepUntil(ctx, maxTime(open.Add(time.Duration(i)*step), last.Add(step))) {
+		// On schedule, and never closer than half a step to the previous
+		// send: a send the account held back shifts the ones after it
+		// instead of letting them go in a bunch, while the small delays of
+		// a busy machine do not add up over the slice.
+		if !sleepUntil(ctx, maxTime(open.Add(time.Duration(i)*step), last.Add(step/2))) {
 			return false
 		}
 		if p.breaker.halted() {
