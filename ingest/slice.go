@@ -184,13 +184,14 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 		return true
 	}
 	step := span / time.Duration(len(units))
-	var last time.Time // when the previous send went
+	var shift time.Duration // how long the account held sends back so far
 	for i, u := range units {
-		// On schedule, and never closer than half a step to the previous
-		// send: a send the account held back shifts the ones after it
-		// instead of letting them go in a bunch, while the small delays of
-		// a busy machine do not add up over the slice.
-		if !sleepUntil(ctx, maxTime(open.Add(time.Duration(i)*step), last.Add(step/2))) {
+		// On schedule; a send the account held back (longer than half a
+		// step) shifts the ones after it by as much, so they keep their
+		// spacing instead of going in a bunch, while the small delays of a
+		// busy machine do not add up over the slice.
+		due := open.Add(shift + time.Duration(i)*step)
+		if !sleepUntil(ctx, due) {
 			return false
 		}
 		if p.breaker.halted() {
@@ -214,7 +215,9 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 			return false
 		}
 		p.c.noteSent(sent.At, u.cost)
-		last = sent.At
+		if held := sent.At.Sub(due); held > step/2 {
+			shift += held
+		}
 		u.epoch = p.breaker.successes()
 		writing.Go(func() {
 			defer func() { <-p.requests }()
@@ -402,11 +405,4 @@ func (h *unitHeap) Pop() any {
 	u := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return u
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

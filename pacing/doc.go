@@ -32,11 +32,13 @@
 //
 // The bound looks back from each send: the pacer cannot know that a lease
 // will be lost, so a window that starts just before the worker's rate drops
-// may hold up to one slice more than its own integral. A gained rate, in
-// turn, fills the bucket only from the gainer's next slice, and the lease
-// side unlocks a released partition only a slice after it stopped
-// counting, which keeps the pool within capacity when a partition changes
-// hands.
+// may hold up to one slice more than its own integral. The lease side
+// unlocks a released partition only a slice after it stopped counting, and
+// the gainer's account holds its sends to the credit earned since the
+// gain, which keeps the pool within capacity when a partition changes
+// hands (TestHandOver). A rate gained while the bucket fills at the old
+// rate raises it from the next slice; the first rate after none starts
+// with a full bucket, so leases just taken are used in the same slice.
 //
 // # Judged at the sink
 //

@@ -188,9 +188,11 @@ func New(cfg Config, capa Capacity) (*Pacer, error) {
 // (≥ 0): what the token bucket allows, within what the sliding account will
 // hold by the end of the slice if the rate stays as it is. A slice opens
 // Slice after the previous one (10 ms after one with no rate, so that a
-// lease just gained starts filling the bucket at once); the first, and any
-// whose time has already passed when Next is called, opens at once. Each send is still
-// checked against the account by Spend.
+// lease just gained is used at once); the first opens at
+// once, and one whose time has passed when Next is called opens at once but
+// keeps its planned time for the bucket and the next slice (unless it is a
+// whole slice late). Each send is still checked against the account by
+// Spend.
 //
 // want is the cost, in units, of the record waiting at the head of the
 // line (0 when none). When want exceeds the slice's budget and one slice of
@@ -206,8 +208,12 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 	p.mu.Lock()
 	open := p.next
 	p.mu.Unlock()
-	if now := time.Now(); open.Before(now) {
-		open = now
+	if time.Since(open) > p.slice {
+		// The first slice, or a stall: a new grid starts now. A slice
+		// opened late by less than a slice keeps the grid, so the delays
+		// of a busy machine do not stretch every slice, and the bucket is
+		// read at the planned opening, so a late slice loses no tokens.
+		open = time.Now()
 	}
 	if err := sleepUntil(ctx, open); err != nil {
 		return 0, err
@@ -234,18 +240,21 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 		}
 	}
 	burst := p.burst(flow)
-	if p.lim == nil {
-		p.lim = rate.NewLimiter(rate.Limit(flow), burst) // starts full
+	if p.lim == nil || (p.lim.Limit() == 0 && flow > 0 && len(p.spends) == 0 && p.debt == 0) {
+		// The first rate, or the first after none: the bucket starts full,
+		// so leases just gained are used in this slice. The account still
+		// holds every send to the credit earned since they were gained.
+		p.lim = rate.NewLimiter(rate.Limit(flow), burst)
 	} else {
-		p.lim.SetLimitAt(now, rate.Limit(flow))
-		p.lim.SetBurstAt(now, burst)
+		p.lim.SetLimitAt(open, rate.Limit(flow))
+		p.lim.SetBurstAt(open, burst)
 	}
 	p.prune(now)
-	if pay := min(p.debt, wholeUnits(p.lim.TokensAt(now))); pay > 0 {
-		p.lim.ReserveN(now, int(pay))
+	if pay := min(p.debt, wholeUnits(p.lim.TokensAt(open))); pay > 0 {
+		p.lim.ReserveN(open, int(pay))
 		p.debt -= pay
 	}
-	allow := wholeUnits(p.lim.TokensAt(now) - float64(p.debt))
+	allow := wholeUnits(p.lim.TokensAt(open) - float64(p.debt))
 	var budget int64
 	if r > 0 { // no valid lease: nothing to send
 		budget = min(allow, wholeUnits(p.room(now.Add(p.slice), now, r)))
@@ -256,10 +265,10 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 		// holds it within the slice, and Spend sends it the moment it does.
 		budget = want
 	}
-	p.next, p.opened = open.Add(p.slice), now
+	p.next, p.opened = open.Add(p.slice), open
 	if r == 0 {
 		// No valid lease: look again soon, so that a lease just gained
-		// fills the bucket from now on rather than from a slice later.
+		// is used at once rather than a slice later.
 		p.next = open.Add(min(p.slice, noRateRecheck))
 	}
 	p.stats.Slices++
