@@ -148,23 +148,10 @@ func NewAzureTables(ctx context.Context, cfg AzureTablesConfig) (*AzureTablesSin
 // per connection wanted (up to conns at once), which opens the connections
 // and checks the key and the table.
 func (a *AzureTablesSink) Warm(ctx context.Context, conns int) error {
-	errs := make(chan error, max(conns, 1))
-	for range max(conns, 1) {
-		go func() {
-			_, err := a.client.GetAccessPolicy(ctx, nil)
-			errs <- err
-		}()
-	}
-	var first error
-	for range max(conns, 1) {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	if first != nil {
-		return fmt.Errorf("sink: azure tables does not answer: %w", first)
-	}
-	return nil
+	return warmWith(ctx, conns, "azure tables", func(ctx context.Context) error {
+		_, err := a.client.GetAccessPolicy(ctx, nil)
+		return err
+	})
 }
 
 // Close closes the idle connections to the service.

@@ -321,24 +321,10 @@ func (d *DynamoDBSink) readKeys(desc *types.TableDescription, cfg DynamoDBConfig
 // wanted (up to conns at once), which opens the connections and checks the
 // credentials and the table.
 func (d *DynamoDBSink) Warm(ctx context.Context, conns int) error {
-	n := max(conns, 1)
-	errs := make(chan error, n)
-	for range n {
-		go func() {
-			_, err := d.client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(d.table)})
-			errs <- err
-		}()
-	}
-	var first error
-	for range n {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	if first != nil {
-		return fmt.Errorf("sink: dynamodb table %s does not answer: %w", d.table, first)
-	}
-	return nil
+	return warmWith(ctx, conns, "dynamodb table "+d.table, func(ctx context.Context) error {
+		_, err := d.client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(d.table)})
+		return err
+	})
 }
 
 // Close closes the idle connections.

@@ -194,23 +194,10 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // the writes), and returns an error when the sink does not answer at all.
 // Any HTTP status counts as an answer.
 func (h *HTTPSink) Warm(ctx context.Context, conns int) error {
-	errs := make(chan error, max(conns, 1))
-	for range max(conns, 1) {
-		go func() {
-			_, _, err := h.do(ctx, http.MethodGet, h.stats, nil, "")
-			errs <- err
-		}()
-	}
-	var first error
-	for range max(conns, 1) {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	if first != nil {
-		return fmt.Errorf("sink: %s does not answer: %w", h.records, first)
-	}
-	return nil
+	return warmWith(ctx, conns, h.records, func(ctx context.Context) error {
+		_, _, err := h.do(ctx, http.MethodGet, h.stats, nil, "")
+		return err
+	})
 }
 
 // chargeRequest attributes a request charge header to the results when the

@@ -238,24 +238,10 @@ func (s *S3Sink) ensureBucket(ctx context.Context, create bool) error {
 // per connection wanted (up to conns at once), which opens the connections
 // and checks the credentials and the bucket.
 func (s *S3Sink) Warm(ctx context.Context, conns int) error {
-	n := max(conns, 1)
-	errs := make(chan error, n)
-	for range n {
-		go func() {
-			_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.bucket)})
-			errs <- err
-		}()
-	}
-	var first error
-	for range n {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	if first != nil {
-		return fmt.Errorf("sink: s3 bucket %s does not answer: %w", s.bucket, first)
-	}
-	return nil
+	return warmWith(ctx, conns, "s3 bucket "+s.bucket, func(ctx context.Context) error {
+		_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.bucket)})
+		return err
+	})
 }
 
 // Close closes the idle connections.
