@@ -85,8 +85,8 @@ func TestBulkLoadPoolUnits(t *testing.T) {
 				return fmt.Sprintf(`{"id":"b%d","pad":"%s"}`, i, strings.Repeat("x", sizes[i%len(sizes)]))
 			})
 			summary := filepath.Join(t.TempDir(), "summary.json")
-			args := append([]string{"bulk-load", "--embedded", "--sink", url, "--capacity", fmt.Sprint(tc.capacity),
-				"--partitions", "8", "--workers", "2", "--id-field", "id", "--summary-json", summary, path}, tc.flags...)
+			args := append(append([]string{"bulk-load", "--embedded", "--sink", url, "--capacity", fmt.Sprint(tc.capacity),
+				"--partitions", "8", "--workers", "2", "--id-field", "id", "--summary-json", summary}, tc.flags...), path)
 			code, _, stderr := runCLI(t, args...)
 			require.Equal(t, exitOK, code, stderr)
 			s := readSummary(t, summary)
