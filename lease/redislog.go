@@ -19,7 +19,7 @@ const redisLogEvery = 5 * time.Second
 // Sentinel that does not answer, a failover to a new master) through a
 // slog.Logger, so that they take the process's log format like every
 // other line. It implements go-redis's logging interface: install it with
-// redis.SetLogger(lease.NewRedisLogger(log)) before opening the clients
+// redis.SetLogger(lease.RedisLogs(log)) before opening the clients
 // (go-redis keeps one logger per process).
 //
 // Each line is logged with the message "redis client" and the go-redis
@@ -32,8 +32,8 @@ type RedisLogger struct {
 	suppressed atomic.Int64   // warnings left out since the last that passed
 }
 
-// NewRedisLogger returns a RedisLogger writing to log.
-func NewRedisLogger(log *slog.Logger) *RedisLogger {
+// RedisLogs returns a RedisLogger writing go-redis's lines to log.
+func RedisLogs(log *slog.Logger) *RedisLogger {
 	return &RedisLogger{log: log, warn: rate.Sometimes{Interval: redisLogEvery}}
 }
 

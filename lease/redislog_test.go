@@ -16,13 +16,13 @@ import (
 
 // Compiles only while go-redis takes a RedisLogger as its logger (the
 // function is never called: SetLogger would change the process's logger).
-var _ = func() { redis.SetLogger(NewRedisLogger(slog.Default())) }
+var _ = func() { redis.SetLogger(RedisLogs(slog.Default())) }
 
 func TestRedisLoggerWritesThroughSlog(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
-		l := NewRedisLogger(slog.New(slog.NewJSONHandler(&buf, nil)))
+		l := RedisLogs(slog.New(slog.NewJSONHandler(&buf, nil)))
 		ctx := context.Background()
 		dial := "redis: connection pool: failed to dial after %d attempts: %v\n"
 		l.Printf(ctx, dial, 5, "dial tcp 127.0.0.1:1: connect: connection refused")
@@ -52,7 +52,7 @@ func TestRedisLoggerWritesThroughSlog(t *testing.T) {
 func TestRedisLoggerKeepsTheLevel(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	l := NewRedisLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	l := RedisLogs(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	l.Printf(context.Background(), "sentinel: selected addr=%s masterAddr=%s", "127.0.0.1:26379", "127.0.0.1:6379")
 	require.Empty(t, buf.String(), "info is below --log-level warn")
 	l.Printf(context.Background(), "sentinel: GetMasterAddrByName name=%q failed: %s", "sluice", "WRONGPASS")

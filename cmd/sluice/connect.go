@@ -141,7 +141,7 @@ func redisConfig(c *cli.Context) (lease.RedisConfig, error) {
 // own log lines go to log from then on (go-redis keeps one logger per
 // process; a command connects once).
 func connectRedis(ctx context.Context, cfg lease.RedisConfig, log *slog.Logger) ([]redis.UniversalClient, error) {
-	redis.SetLogger(lease.NewRedisLogger(log))
+	redis.SetLogger(lease.RedisLogs(log))
 	clients, err := lease.OpenRedis(cfg)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("--redis-*: %w", err))
