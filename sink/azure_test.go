@@ -1,14 +1,11 @@
 package sink
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,34 +21,12 @@ import (
 // key, published by Microsoft for devstoreaccount1; not a secret.
 const azuriteKey = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
-var (
-	azOnce sync.Once
-	azURL  string
-	azErr  error
-)
-
 // azuriteURL is the --sink prefix of a real Azurite Table service,
 // "azuretables://127.0.0.1:<port>/devstoreaccount1": SLUICE_TEST_AZURITE_URL,
 // or the one scripts/azurite.sh starts (idempotent; the Makefile stops it).
 func azuriteURL(t testing.TB) string {
 	t.Helper()
-	azOnce.Do(func() {
-		if azURL = os.Getenv("SLUICE_TEST_AZURITE_URL"); azURL != "" {
-			return
-		}
-		var stderr bytes.Buffer
-		cmd := exec.Command("../scripts/azurite.sh", "start")
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			azErr = fmt.Errorf("scripts/azurite.sh start: %w: %s", err, stderr.String())
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		azURL = lines[len(lines)-1]
-	})
-	require.NoError(t, azErr)
-	return azURL
+	return azuriteService.URL(t)
 }
 
 func openAzure(t testing.TB) *AzureTablesSink {

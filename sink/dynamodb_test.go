@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,12 +25,6 @@ import (
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/sink/sinktest"
-)
-
-var (
-	ddbOnce sync.Once
-	ddbURL  string
-	ddbErr  error
 )
 
 // awsTestCredentials sets the AWS SDK's environment for the tests: the
@@ -56,23 +49,7 @@ var awsTestCredentials = sync.OnceFunc(func() {
 func dynamoEndpoint(t testing.TB) string {
 	t.Helper()
 	awsTestCredentials()
-	ddbOnce.Do(func() {
-		if ddbURL = os.Getenv("SLUICE_TEST_DYNAMODB_URL"); ddbURL != "" {
-			return
-		}
-		var stderr bytes.Buffer
-		cmd := exec.Command("../scripts/dynamodb.sh", "start")
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			ddbErr = fmt.Errorf("scripts/dynamodb.sh start: %w: %s", err, stderr.String())
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		ddbURL = lines[len(lines)-1]
-	})
-	require.NoError(t, ddbErr)
-	return ddbURL
+	return dynamoDBService.URL(t)
 }
 
 // openDynamo opens a DynamoDBSink on a fresh table with partition key pk

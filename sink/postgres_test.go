@@ -1,13 +1,8 @@
 package sink
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,34 +14,13 @@ import (
 	"github.com/sluicehq/sluice/sink/sinktest"
 )
 
-var (
-	pgOnce sync.Once
-	pgURL  string
-	pgErr  error
-	pgSeq  atomic.Int64
-)
+var pgSeq atomic.Int64
 
 // postgresURL is the URL of a real PostgreSQL server: SLUICE_TEST_POSTGRES_URL,
 // or the one scripts/postgres.sh starts (idempotent; the Makefile stops it).
 func postgresURL(t testing.TB) string {
 	t.Helper()
-	pgOnce.Do(func() {
-		if pgURL = os.Getenv("SLUICE_TEST_POSTGRES_URL"); pgURL != "" {
-			return
-		}
-		var stderr bytes.Buffer
-		cmd := exec.Command("../scripts/postgres.sh", "start")
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			pgErr = fmt.Errorf("scripts/postgres.sh start: %w: %s", err, stderr.String())
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		pgURL = lines[len(lines)-1]
-	})
-	require.NoError(t, pgErr)
-	return pgURL
+	return postgresService.URL(t)
 }
 
 // freshTable returns a new table name, unique in this test run.

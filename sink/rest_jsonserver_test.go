@@ -1,12 +1,8 @@
 package sink
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 
@@ -16,34 +12,12 @@ import (
 	"github.com/sluicehq/sluice/sink/sinktest"
 )
 
-var (
-	jsOnce sync.Once
-	jsURL  string
-	jsErr  error
-)
-
 // jsonServerURL is the base URL of a real json-server (npm) with an
 // "items" collection: SLUICE_TEST_JSONSERVER_URL, or the one
 // scripts/jsonserver.sh starts (idempotent; the Makefile stops it).
 func jsonServerURL(t testing.TB) string {
 	t.Helper()
-	jsOnce.Do(func() {
-		if jsURL = os.Getenv("SLUICE_TEST_JSONSERVER_URL"); jsURL != "" {
-			return
-		}
-		var stderr bytes.Buffer
-		cmd := exec.Command("../scripts/jsonserver.sh", "start")
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			jsErr = fmt.Errorf("scripts/jsonserver.sh start: %w: %s", err, stderr.String())
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		jsURL = lines[len(lines)-1]
-	})
-	require.NoError(t, jsErr)
-	return jsURL
+	return jsonServerService.URL(t)
 }
 
 // jsonServerDuplicate is how json-server 0.17 answers a POST of an id it

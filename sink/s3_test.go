@@ -10,10 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,35 +23,13 @@ import (
 	"github.com/sluicehq/sluice/sink/sinktest"
 )
 
-var (
-	s3Once sync.Once
-	s3URL  string
-	s3Err  error
-)
-
 // s3Endpoint is the endpoint of a real S3-compatible server (MinIO):
 // SLUICE_TEST_S3_URL, or the one scripts/s3.sh starts (idempotent; the
 // Makefile stops it). Its credentials are awsTestCredentials'.
 func s3Endpoint(t testing.TB) string {
 	t.Helper()
 	awsTestCredentials()
-	s3Once.Do(func() {
-		if s3URL = os.Getenv("SLUICE_TEST_S3_URL"); s3URL != "" {
-			return
-		}
-		var stderr bytes.Buffer
-		cmd := exec.Command("../scripts/s3.sh", "start")
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			s3Err = fmt.Errorf("scripts/s3.sh start: %w: %s", err, stderr.String())
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		s3URL = lines[len(lines)-1]
-	})
-	require.NoError(t, s3Err)
-	return s3URL
+	return s3Service.URL(t)
 }
 
 func freshBucket() string { return strings.ReplaceAll(freshTable("b"), "_", "-") }
