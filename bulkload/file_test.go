@@ -102,9 +102,8 @@ func TestRowsTheValidatorRefusesAreNamed(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "x.ndjson")
 	require.NoError(t, os.WriteFile(path, []byte(`{"id":"a","time":"t"}`+"\n"+`{"id":"b"}`+"\n"+`{"id":"c","time":"t"}`+"\n"), 0o600))
-	f, err := bulkload.OpenFile(path, "", "id")
+	f, err := bulkload.Open([]string{path}, bulkload.InputConfig{IDField: "id", Validate: types["earthquake"].Validate})
 	require.NoError(t, err)
-	f.Validate = types["earthquake"].Validate
 	var ids []string
 	for {
 		rec, err := f.Next()

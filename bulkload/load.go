@@ -75,6 +75,7 @@ type Config struct {
 
 // Ports are what a Load drives.
 type Ports struct {
+	// File is the input (an *Input, or its rows reordered).
 	File        Rows
 	Producer    ingest.Producer
 	DeadLetters ingest.DeadLetters // receives the rows that cannot be produced
@@ -89,15 +90,16 @@ type Ports struct {
 	Rate func(now time.Time) float64
 	// Sink, when it keeps statistics, completes the summary.
 	Sink ingest.StatsSink
-	// Start, when not nil, is closed once the first records are produced;
-	// the in-process workers wait for it, so they drain while the rest is
-	// produced.
+	// Start, when not nil, is closed once the first records are
+	// acknowledged by the broker; the in-process workers wait for it, and
+	// drain while the rest is produced.
 	Start chan struct{}
 	// Progress, with Config.LoadID, makes a rerun resume; nil: none.
 	Progress Progress
 }
 
-// Load loads a file through the queue into the sink. Create it with New.
+// Load loads an input (files, standard input) through the queue into the
+// sink. Create it with New.
 type Load struct {
 	cfg Config
 	p   Ports
@@ -125,7 +127,7 @@ func New(cfg Config, p Ports) (*Load, error) {
 	return &Load{cfg: cfg, p: p}, nil
 }
 
-// Run loads the file and returns the summary. It stops early, with the
+// Run loads the input and returns the summary. It stops early, with the
 // summary of what was done, when ctx ends (its cause), when a worker gives
 // up (its *ingest.StalledError), when the dead letters exceed the limit
 // (ErrTooManyDeadLetters), or, without workers, when none drains the topic
@@ -183,7 +185,7 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 				mu.Unlock()
 				startOnce()
 				if l.p.Progress != nil && l.cfg.LoadID != "" {
-					if err := l.p.Progress.Save(ctx, l.cfg.LoadID, p.Read); err != nil {
+					if err := l.p.Progress.Save(ctx, l.cfg.LoadID, p.Done); err != nil {
 						l.cfg.Logger.Warn("saving the load's progress failed; a rerun would produce more again", "err", err)
 					}
 				}
@@ -210,6 +212,7 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 		err = context.Cause(ctx)
 	}
 	s = l.summary(ctx, s, produced, start, began)
+	s.WallS = time.Since(began).Seconds()
 	return s, err
 }
 

@@ -116,11 +116,19 @@ func ndjsonFile(t *testing.T, lines ...string) string {
 	return path
 }
 
-func open(t *testing.T, path string) *bulkload.FileReader {
+func open(t *testing.T, path string) *bulkload.Input {
 	t.Helper()
 	f, err := bulkload.OpenFile(path, "", "id")
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
 	return f
+}
+
+func digest(t *testing.T, path string) []byte {
+	t.Helper()
+	d, err := open(t, path).Digest()
+	require.NoError(t, err)
+	return d
 }
 
 // Rows that cannot be produced — malformed, without an ID, too large for a
@@ -140,7 +148,10 @@ func TestProduceDeadLettersWhatCannotBeProduced(t *testing.T) {
 	topic, dlq := &memTopic{maxBytes: 100}, &memDLQ{}
 	p, err := bulkload.Produce(t.Context(), open(t, path), topic, dlq, bulkload.ProduceConfig{Topic: "t", Chunk: 2})
 	require.NoError(t, err)
-	require.Equal(t, bulkload.Produced{Read: 6, Produced: 3, DeadLettered: 3, DuplicateIDs: 1, DuplicateIDExamples: []string{"a"}}, p)
+	require.Positive(t, p.Elapsed)
+	p.Elapsed = 0
+	require.Equal(t, bulkload.Produced{Read: 6, Produced: 3, DeadLettered: 3, Done: 6, DuplicateIDs: 1, DuplicateIDExamples: []string{"a"},
+		Files: []bulkload.FileCounts{{Name: path, Rows: 6, Produced: 3, DeadLettered: 3}}}, p)
 	require.Len(t, topic.recs, 3)
 	reasons := make([]string, len(dlq.letters))
 	for i, l := range dlq.letters {
@@ -223,7 +234,7 @@ func TestLoadResumesFromItsProgress(t *testing.T) {
 	}
 	path := ndjsonFile(t, lines...)
 	topic, dlq := &memTopic{failAfter: 600}, &memDLQ{}
-	id := bulkload.LoadID("t", open(t, path).Digest())
+	id := bulkload.LoadID("t", digest(t, path))
 
 	// The first run dies with 500 produced (chunks of 100 after 600).
 	c := new(ingest.Counters)

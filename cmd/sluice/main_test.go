@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,13 +33,19 @@ func sample(t *testing.T, n int, extra ...string) string {
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCLIWithStdin(t, strings.NewReader(""), args...)
+}
+
+// runCLIWithStdin runs the CLI with stdin as its standard input.
+func runCLIWithStdin(t *testing.T, stdin io.Reader, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	if len(args) > 0 && args[0] == "bulk-load" && !slices.Contains(args, "--dead-letter-file") {
 		// --embedded writes dead letters to <topic>.dlq.ndjson in the
 		// working directory; a test keeps its own.
 		args = slices.Insert(args, 1, "--dead-letter-file", filepath.Join(t.TempDir(), "dlq.ndjson"))
 	}
 	var out, errOut bytes.Buffer
-	code = run(append([]string{"sluice"}, args...), &out, &errOut)
+	code = run(append([]string{"sluice"}, args...), stdin, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -109,7 +116,12 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		{[]string{"bulk-load", "--embedded", path}, "--capacity"},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--unit", "apples", path}, `--unit: unknown unit "apples"`},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--partitions", "0", path}, "--partitions"},
-		{[]string{"bulk-load", "--embedded", "--capacity", "10"}, "exactly one FILE"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10"}, "at least one input"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "-"}, "standard input (-): cannot tell its format; use --format csv or ndjson"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--compression", "lzma", path}, "--compression: want auto, none, gzip or zstd"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--csv-types", "typed", path}, "--csv-types: want auto or string"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--kafka-compression", "lzma", path}, `--kafka-compression: queue: invalid configuration: unknown compression "lzma"`},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", filepath.Join(filepath.Dir(path), "*.nope.csv")}, "the pattern matches no file"},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "nope", path}, `--id-field "nope" is not a column`},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "missing.csv"}, "missing.csv"},
 		{[]string{"worker", "--capacity", "10", "--sink", "ftp://x"}, "--sink"},
