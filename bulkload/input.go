@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"github.com/klauspost/pgzip"
 
 	"github.com/sluicehq/sluice/ingest"
 )
@@ -302,13 +302,16 @@ func decompress(name string, raw io.ReadCloser, compression string) (io.ReadClos
 	}
 	switch compression {
 	case CompressionGzip:
-		z, err := gzip.NewReader(br)
+		// pgzip decompresses ahead in a goroutine of its own (4 blocks of
+		// 256 KiB), so parsing does not wait for it.
+		z, err := pgzip.NewReaderN(br, 256<<10, 4)
 		if err != nil {
 			return nil, fmt.Errorf("%s: not gzip (see --compression): %w", name, err)
 		}
 		return readCloser{Reader: &nameErrors{name: name, r: z}, close: func() error { return errors.Join(z.Close(), raw.Close()) }}, nil
 	case CompressionZstd:
-		z, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdMaxWindow))
+		// Two blocks decoded at once, ahead of the parser.
+		z, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxWindow(zstdMaxWindow))
 		if err != nil {
 			return nil, fmt.Errorf("%s: zstd: %w", name, err)
 		}

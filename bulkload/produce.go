@@ -282,17 +282,13 @@ func (pr *producing) read(ctx context.Context, rows Rows, ap AsyncProducer, p in
 	fileIndex := map[string]int{}
 	var lastName string
 	lastIndex := -1
-	// posOf returns where the row just read is; a malformed row's error
-	// names its own place.
-	posOf := func(rowErr *RowError) rowPos {
-		var name string
-		var line int
+	// posOf returns where a row is; a malformed row's error names its
+	// own place.
+	posOf := func(rowErr *RowError, name string, line int) rowPos {
 		switch {
 		case rowErr != nil:
 			name, line = rowErr.Path, rowErr.Line
-		case where != nil:
-			name, line = where.Pos()
-		default:
+		case where == nil:
 			return rowPos{file: -1}
 		}
 		if name != lastName || lastIndex < 0 {
@@ -350,19 +346,28 @@ func (pr *producing) read(ctx context.Context, rows Rows, ap AsyncProducer, p in
 		pr.mu.Unlock()
 		return nil
 	}
+	ahead := readAhead(ctx, rows)
+	defer ahead.stop()
+	var batch []fetched
 	for {
-		if err := ctx.Err(); err != nil {
-			return context.Cause(ctx)
+		if len(batch) == 0 {
+			if err := ctx.Err(); err != nil {
+				return context.Cause(ctx)
+			}
+			var ok bool
+			if batch, ok = <-ahead.batches; !ok {
+				break
+			}
+			continue
 		}
-		rec, err := rows.Next()
-		if err == io.EOF {
-			break
-		}
+		f := batch[0]
+		batch = batch[1:]
+		rec, err := f.rec, f.err
 		var rowErr *RowError
 		if err != nil && !errors.As(err, &rowErr) {
 			return err
 		}
-		at := posOf(rowErr)
+		at := posOf(rowErr, f.name, f.line)
 		pr.mu.Lock()
 		pr.out.Read++
 		skip := pr.out.Read <= cfg.Skip
@@ -425,6 +430,73 @@ func (pr *producing) read(ctx context.Context, rows Rows, ap AsyncProducer, p in
 		}
 	}
 	return send()
+}
+
+// readAheadBatch is how many rows the read-ahead hands over at once.
+const readAheadBatch = 256
+
+// fetched is a row read ahead: Next's answer and, for inputs that tell,
+// where the row is.
+type fetched struct {
+	rec  ingest.Record
+	err  error
+	name string
+	line int
+}
+
+// aheadReader reads rows in a goroutine of its own, a few batches ahead,
+// so parsing and encoding run beside producing.
+type aheadReader struct {
+	batches chan []fetched
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// readAhead starts reading rows; the batches end after io.EOF or the
+// first error that is not a *RowError (sent as the last fetched).
+func readAhead(ctx context.Context, rows Rows) *aheadReader {
+	ctx, cancel := context.WithCancel(ctx)
+	a := &aheadReader{batches: make(chan []fetched, 4), cancel: cancel, done: make(chan struct{})}
+	where, _ := rows.(positioned)
+	go func() {
+		defer close(a.done)
+		defer close(a.batches)
+		for {
+			batch := make([]fetched, 0, readAheadBatch)
+			end := false
+			for len(batch) < readAheadBatch && !end {
+				rec, err := rows.Next()
+				if err == io.EOF {
+					end = true
+					break
+				}
+				f := fetched{rec: rec, err: err}
+				if where != nil {
+					f.name, f.line = where.Pos()
+				}
+				batch = append(batch, f)
+				end = err != nil && !isRowError(err)
+			}
+			if len(batch) > 0 {
+				select {
+				case a.batches <- batch:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if end || ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	return a
+}
+
+// stop ends the read-ahead and waits for its goroutine (which finishes
+// the row it is reading: reading standard input may wait for its writer).
+func (a *aheadReader) stop() {
+	a.cancel()
+	<-a.done
 }
 
 func rowsRead(pr *producing) int64 {

@@ -211,7 +211,11 @@ func message(topic string, rec ingest.Record, headers ...kafka.Header) kafka.Mes
 		key = []byte(rec.ID)
 	}
 	if rec.ID != "" {
-		headers = append(headers, kafka.Header{Key: HeaderID, Value: []byte(rec.ID)})
+		id := key // the same bytes when the key is the ID (read only)
+		if string(key) != rec.ID {
+			id = []byte(rec.ID)
+		}
+		headers = append(headers, kafka.Header{Key: HeaderID, Value: id})
 	}
 	return kafka.Message{Topic: topic, Key: key, Value: rec.Value, Headers: headers}
 }
