@@ -193,7 +193,9 @@ func idOf(text []byte, v, idField string) (string, error) {
 	case string(text) == "null":
 		return "", fmt.Errorf("%w: field %q is missing", ingest.ErrNoID, idField)
 	case text[0] == '"':
-		return v, nil // a string field: its content (never empty here)
+		// A string field: its content (never empty here), copied so it
+		// does not keep the whole row's text alive.
+		return strings.Clone(v), nil
 	case text[0] == '-' || (text[0] >= '0' && text[0] <= '9'):
 		return string(text), nil
 	}

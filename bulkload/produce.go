@@ -58,11 +58,14 @@ func (s syncProducer) ProduceAsync(ctx context.Context, topic string, recs []ing
 const DefaultChunk = 500
 
 // DefaultIDMemory is how many distinct IDs Produce remembers to find IDs
-// that repeat in the input: 1,000,000 (about 16 MB). A row is checked
-// against the IDs remembered, so in a longer input a repeat of an ID read
-// after the first million goes unreported (the sink still stores one record
-// per ID).
-const DefaultIDMemory = 1_000_000
+// that repeat in the input: 500,000 (8 MiB of 64-bit hashes). A row is
+// checked against the IDs remembered, so in a longer input a repeat of an
+// ID first read after them goes unreported (the sink still stores one
+// record per ID); an ID field that repeats (a wrong --id-field) shows long
+// before. Two different IDs share a hash with probability about n²/2⁶⁵
+// over n IDs (7·10⁻⁹ for 500,000): the second would be reported as a
+// repeat, and still produced.
+const DefaultIDMemory = 500_000
 
 // DefaultAckEvery is how often Produce reports its progress (Acked) while
 // records are acknowledged: 100 ms.
@@ -277,7 +280,7 @@ func (pr *producing) read(ctx context.Context, rows Rows, ap AsyncProducer, p in
 	fits, _ := p.(fitter)
 	where, _ := rows.(positioned)
 	seed := maphash.MakeSeed()
-	ids := make(map[uint64]struct{})
+	var ids idSet
 	remembering := cfg.IDMemory > 0
 	fileIndex := map[string]int{}
 	var lastName string
@@ -395,7 +398,7 @@ func (pr *producing) read(ctx context.Context, rows Rows, ap AsyncProducer, p in
 			continue
 		}
 		h := maphash.String(seed, rec.ID)
-		if _, seen := ids[h]; seen {
+		if ids.has(h) {
 			pr.mu.Lock()
 			pr.out.DuplicateIDs++
 			if len(pr.out.DuplicateIDExamples) < maxIDExamples && !slices.Contains(pr.out.DuplicateIDExamples, rec.ID) {
@@ -403,11 +406,11 @@ func (pr *producing) read(ctx context.Context, rows Rows, ap AsyncProducer, p in
 			}
 			pr.mu.Unlock()
 		} else if remembering {
-			ids[h] = struct{}{}
-			if len(ids) >= cfg.IDMemory {
+			ids.add(h)
+			if ids.n >= cfg.IDMemory {
 				remembering = false
 				pr.log.Info("repeated IDs: no more IDs remembered; a later repeat of an ID read from here on is not reported (the sink still stores one record per ID)",
-					"ids_remembered", len(ids), "rows", rowsRead(pr))
+					"ids_remembered", ids.n, "rows", rowsRead(pr))
 			}
 		}
 		if skip {
@@ -497,6 +500,57 @@ func readAhead(ctx context.Context, rows Rows) *aheadReader {
 func (a *aheadReader) stop() {
 	a.cancel()
 	<-a.done
+}
+
+// idSet is a set of 64-bit ID hashes in an open-addressing table with
+// linear probing, kept at most half full: 8 bytes a slot, so 16 MiB for a
+// million IDs (a Go map takes 25 to 38 bytes an entry).
+type idSet struct {
+	slots []uint64 // 0: empty
+	n     int
+}
+
+func (s *idSet) has(h uint64) bool {
+	if len(s.slots) == 0 {
+		return false
+	}
+	h = max(h, 1)
+	mask := uint64(len(s.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case h:
+			return true
+		case 0:
+			return false
+		}
+	}
+}
+
+func (s *idSet) add(h uint64) {
+	if 2*(s.n+1) > len(s.slots) {
+		old := s.slots
+		s.slots, s.n = make([]uint64, max(2*len(old), 1<<16)), 0
+		for _, v := range old {
+			if v != 0 {
+				s.insert(v)
+			}
+		}
+	}
+	s.insert(max(h, 1))
+}
+
+func (s *idSet) insert(h uint64) {
+	mask := uint64(len(s.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case h:
+			return
+		case 0:
+			s.slots[i] = h
+			s.n++
+			return
+		}
+	}
 }
 
 func rowsRead(pr *producing) int64 {

@@ -50,6 +50,16 @@ func refusedForContent(err error) bool {
 	return false
 }
 
+// soleError returns the error of a one-message write: kafka-go wraps it in
+// WriteErrors.
+func soleError(err error) error {
+	var we kafka.WriteErrors
+	if errors.As(err, &we) && len(we) == 1 && we[0] != nil {
+		return we[0]
+	}
+	return err
+}
+
 // asyncChunk is one ProduceAsync call's records on their way.
 type asyncChunk struct {
 	n    int
@@ -126,8 +136,8 @@ func (p *Producer) ProduceAsync(ctx context.Context, topic string, recs []ingest
 		return context.Cause(ctx)
 	}
 	c := &asyncChunk{n: len(recs), done: func(errs []error) {
-		p.inFlight.Release(weight)
 		done(errs)
+		p.inFlight.Release(weight) // after the answer: at most MaxInFlight unanswered
 	}}
 	c.left.Store(int64(len(recs)))
 	refs := make([]asyncRef, len(recs))
@@ -168,7 +178,7 @@ func (p *Producer) complete(msgs []kafka.Message, err error) {
 		alone := m
 		alone.WriterData, alone.Partition, alone.Offset = nil, 0, 0
 		ctx, cancel := context.WithTimeout(context.Background(), p.writeTimeout)
-		werr := p.w.WriteMessages(ctx, alone)
+		werr := soleError(p.w.WriteMessages(ctx, alone))
 		cancel()
 		switch {
 		case werr == nil:

@@ -50,10 +50,12 @@ type ProducerConfig struct {
 	// broker's disk and network from being the limit.
 	Compression string
 	// AsyncBatchSize is the most messages per batch and partition of
-	// ProduceAsync. Default 2,000 (BatchBytes caps a batch too).
+	// ProduceAsync. Default 1,000 (BatchBytes caps a batch too).
 	AsyncBatchSize int
-	// MaxInFlight is the most records ProduceAsync keeps unacknowledged;
-	// it blocks beyond. Default 20,000 (about 10 MB of USGS records).
+	// MaxInFlight is the most records ProduceAsync keeps unanswered; it
+	// blocks beyond. Default 10,000 (about 8 MB of USGS records with
+	// their messages): a batch on its way and one filling for each of
+	// five partitions.
 	MaxInFlight int
 	// RoundRobin spreads messages evenly over the partitions instead of
 	// hashing their keys: for bulk loads, whose records have no order to
@@ -72,8 +74,8 @@ func (cfg *ProducerConfig) fill() error {
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Compression = cmp.Or(cfg.Compression, "lz4")
-	cfg.AsyncBatchSize = cmp.Or(cfg.AsyncBatchSize, 2000)
-	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, 20_000)
+	cfg.AsyncBatchSize = cmp.Or(cfg.AsyncBatchSize, 1000)
+	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, 10_000)
 	if _, err := ParseCompression(cfg.Compression); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ func bulkLoadCommand() *cli.Command {
 			durationFlag("sink-timeout", 5*time.Minute, "give up (exit 1, nothing dead-lettered, the rest left for a rerun) when the sink stays unavailable this long, or, with --workers 0, when no worker drains the topic"),
 			stringFlag("max-dead-letters", bulkload.DefaultDeadLetterLimit.String(), "stop producing (exit 3) once more records than this are dead-lettered: a count, a share of the rows read (at least 100), or none"),
 			stringFlag("dead-letter-file", "", "also write every dead letter to this NDJSON `FILE` (default with --embedded: <topic>.dlq.ndjson, which outlives the in-process broker)"),
+			memoryLimitFlag(),
 			boolFlag("no-resume", "produce the whole input again even when an earlier run of the same load got part of the way (and skip reading the files once more for the load's identity)"),
 			kafkaCompressionFlag(),
 			topicPartitionsFlag(),
@@ -113,6 +115,7 @@ func bulkLoad(c *cli.Context) error {
 	}
 	ctx := c.Context
 	deadLetterPath := c.String("dead-letter-file")
+	inProcess := false // a service keeps the load's records in this process's memory
 	if c.Bool("embedded") {
 		emb, err := startEmbedded(ctx, c, &s)
 		if err != nil {
@@ -120,7 +123,9 @@ func bulkLoad(c *cli.Context) error {
 		}
 		defer emb.close()
 		deadLetterPath = cmp.Or(deadLetterPath, s.worker.Topic+".dlq.ndjson")
+		inProcess = !c.IsSet("brokers") || !c.IsSet("sink")
 	}
+	setMemoryLimit(c, inProcess, s.log)
 	brokers, conn := s.worker.Brokers, s.worker.Kafka
 	if err := checkKafka(ctx, brokers, conn); err != nil {
 		return err
@@ -412,6 +417,27 @@ func inputFlags() []cli.Flag {
 	)
 }
 
+func memoryLimitFlag() cli.Flag {
+	return intFlag("memory-limit", defaultMemoryLimitMiB, "soft limit of the Go runtime's memory in `MiB`: the garbage collector works harder near it, so the process stays within about this plus its code (the GOMEMLIMIT variable, when set, wins); not applied by default while an --embedded broker or sink keeps the records in memory; 0: none")
+}
+
+// defaultMemoryLimitMiB is --memory-limit's default: what a load's
+// bounded buffers need (the records on their way to Kafka and to the sink,
+// the IDs remembered) with room for the garbage collector.
+const defaultMemoryLimitMiB = 100
+
+// setMemoryLimit applies --memory-limit, unless GOMEMLIMIT is set or,
+// without the flag given, inProcess says a service in this process keeps
+// every record.
+func setMemoryLimit(c *cli.Context, inProcess bool, log *slog.Logger) {
+	mib := c.Int("memory-limit")
+	if mib <= 0 || os.Getenv("GOMEMLIMIT") != "" || (inProcess && !c.IsSet("memory-limit")) {
+		return
+	}
+	debug.SetMemoryLimit(int64(mib) << 20)
+	log.Debug("memory limit set", "mib", mib)
+}
+
 func kafkaCompressionFlag() cli.Flag {
 	return stringFlag("kafka-compression", "lz4", "compression of the record batches sent to Kafka: none, gzip, snappy, lz4 or zstd")
 }
@@ -451,6 +477,7 @@ func produceCommand() *cli.Command {
 			stringFlag("id-field", "", "JSON field or CSV column holding the record ID"),
 			topicPartitionsFlag(),
 			kafkaCompressionFlag(),
+			memoryLimitFlag(),
 		}, inputFlags(), typeFlags(), logFlags()),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
@@ -475,6 +502,7 @@ func produceCommand() *cli.Command {
 				return usageError(err)
 			}
 			defer in.Close()
+			setMemoryLimit(c, false, log)
 			if err := in.CheckFields(nil); err != nil {
 				return usageError(err)
 			}
