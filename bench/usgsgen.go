@@ -13,27 +13,25 @@ import (
 	"github.com/klauspost/compress/gzip"
 )
 
-// usgsFile is the project's real input.
-const usgsFile = "testdata/usgs-earthquakes-2025-05.csv"
-
 // GenerateUSGS writes rows rows of the USGS file, repeated with fresh IDs
 // (the k-th repetition of id X is X-k; the first keeps X), as a
 // gzip-compressed CSV with the USGS header, to path. It writes to a
 // temporary file and renames it, so an interrupted run leaves no partial
-// file behind. root is the repository.
-func GenerateUSGS(root, path string, rows int) error {
-	data, err := os.ReadFile(filepath.Join(root, usgsFile))
+// file behind. It reads the USGS file relative to the working directory
+// (the repository root).
+func GenerateUSGS(path string, rows int) error {
+	data, err := os.ReadFile(usgsPath)
 	if err != nil {
 		return err
 	}
 	all, err := csv.NewReader(bytes.NewReader(data)).ReadAll()
 	if err != nil {
-		return fmt.Errorf("%s: %w", usgsFile, err)
+		return fmt.Errorf("%s: %w", usgsPath, err)
 	}
 	header, recs := all[0], all[1:]
 	idCol := slices.Index(header, "id")
 	if idCol < 0 {
-		return fmt.Errorf("%s: no id column", usgsFile)
+		return fmt.Errorf("%s: no id column", usgsPath)
 	}
 	// Each row as the CSV text before and after its ID, so a repetition
 	// only writes a new ID between them.

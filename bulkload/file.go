@@ -54,7 +54,7 @@ type fileReader struct {
 	csv     *csv.Reader
 	header  []string
 	enc     *rowEncoder
-	scratch []byte
+	lastSize int // the last value's length
 	next    int // the line the next CSV row starts at, at the earliest
 
 	// NDJSON
@@ -146,12 +146,13 @@ func (f *fileReader) nextCSV() (ingest.Record, error) {
 	end, _ := f.csv.FieldPos(len(fields) - 1)
 	f.next = end + 1
 	f.where = line
-	value, id, err := f.enc.encode(f.scratch[:0], fields, f.idField)
-	f.scratch = value[:0]
+	// Encoded straight into the record's own buffer, sized by the last
+	// row's value (the rows of a file are alike).
+	value, id, err := f.enc.encode(make([]byte, 0, f.lastSize+f.lastSize/8+64), fields, f.idField)
 	if err != nil {
 		return ingest.Record{}, &RowError{Path: f.name, Line: line, Raw: bytes.Clone(raw), Err: err}
 	}
-	value = bytes.Clone(value)
+	f.lastSize = len(value)
 	if f.idField == "" {
 		id = ingest.ContentID(value)
 	}

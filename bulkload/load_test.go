@@ -24,6 +24,10 @@ import (
 // memTopic is an in-memory topic of one partition, its consumer group's
 // committed offset, and a producer that refuses records over maxBytes.
 type memTopic struct {
+	// gate, when set, holds every Produce call after the first until it
+	// is closed.
+	gate      chan struct{}
+	calls     int
 	mu        sync.Mutex
 	recs      []ingest.Record
 	committed int64
@@ -33,8 +37,24 @@ type memTopic struct {
 	delay     time.Duration // each Produce call takes this long
 }
 
-func (m *memTopic) Produce(_ context.Context, _ string, recs []ingest.Record) error {
+func (m *memTopic) Produce(ctx context.Context, _ string, recs []ingest.Record) error {
 	time.Sleep(m.delay)
+	m.mu.Lock()
+	m.calls++
+	gate := m.gate
+	if m.calls == 1 {
+		gate = nil
+	}
+	m.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(30 * time.Second):
+			return errors.New("the file was held after its first chunk and nobody drained it")
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failAfter > 0 && len(m.recs)+len(recs) > m.failAfter {
@@ -149,7 +169,8 @@ func TestProduceDeadLettersWhatCannotBeProduced(t *testing.T) {
 	p, err := bulkload.Produce(t.Context(), open(t, path), topic, dlq, bulkload.ProduceConfig{Topic: "t", Chunk: 2})
 	require.NoError(t, err)
 	require.Positive(t, p.Elapsed)
-	p.Elapsed = 0
+	require.False(t, p.Started.IsZero())
+	p.Elapsed, p.Started = 0, time.Time{}
 	require.Equal(t, bulkload.Produced{Read: 6, Produced: 3, DeadLettered: 3, Done: 6, DuplicateIDs: 1, DuplicateIDExamples: []string{"a"},
 		Files: []bulkload.FileCounts{{Name: path, Rows: 6, Produced: 3, DeadLettered: 3}}}, p)
 	require.Len(t, topic.recs, 3)
@@ -272,6 +293,45 @@ func TestLoadResumesFromItsProgress(t *testing.T) {
 	_, err = progress.Claim(t.Context(), id)
 	require.ErrorIs(t, err, bulkload.ErrLoadRunning)
 	release()
+}
+
+// The workers drain while the input is produced, whatever the capacity:
+// the producer holds everything after the first chunk until a worker has
+// delivered a record, so a load whose workers waited for the whole input
+// would never finish.
+func TestLoadDrainsWhileProducing(t *testing.T) {
+	t.Parallel()
+	lines := make([]string, 1000)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"id":"r%d"}`, i)
+	}
+	gate := make(chan struct{})
+	// members: the worker is in the group from the start (a real worker
+	// joins before its first fetch, which Start holds).
+	topic, dlq, c := &memTopic{gate: gate, members: 1}, &memDLQ{}, new(ingest.Counters)
+	start := make(chan struct{})
+	drain := topic.drain(c, dlq)
+	worker := ingest.RunFunc(func(ctx context.Context) error {
+		select { // as a worker does: no fetch before Start
+		case <-start:
+		case <-ctx.Done():
+			return nil
+		}
+		go func() {
+			for c.Totals().Delivered == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			close(gate)
+		}()
+		return drain.Run(ctx)
+	})
+	s, err := newLoad(t, bulkload.Config{Chunk: 100, MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
+		bulkload.Ports{File: open(t, ndjsonFile(t, lines...)), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: c,
+			Workers: []ingest.Runner{worker}, Start: start}).Run(t.Context())
+	require.NoError(t, err)
+	require.EqualValues(t, 1000, s.RecordsDelivered)
+	require.Less(t, s.DrainStartS, s.ProduceS, "draining began before producing ended")
+	require.GreaterOrEqual(t, s.LoadS, s.ProduceS)
 }
 
 // More dead letters than the limit stop the load (exit 3 in the CLI).

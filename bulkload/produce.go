@@ -130,7 +130,9 @@ type Produced struct {
 	// Files counts per input, in the order read (inputs that report
 	// where their rows come from, like *Input).
 	Files []FileCounts
-	// Elapsed is the time from the first row read to the last answer.
+	// Started is when the first row was read; Elapsed the time from then
+	// to the last answer.
+	Started time.Time
 	Elapsed time.Duration
 }
 
@@ -242,7 +244,7 @@ func Produce(ctx context.Context, rows Rows, p ingest.Producer, dlq ingest.DeadL
 		pr.out.Done = out.Done
 	}
 	pr.mu.Unlock()
-	out.Elapsed = time.Since(began)
+	out.Started, out.Elapsed = began, time.Since(began)
 	// A reader stopped by the acknowledger returns its error as the cause.
 	err := cmp.Or(readErr, ackErr)
 	if cfg.Acked != nil {

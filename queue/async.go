@@ -142,9 +142,10 @@ func (p *Producer) ProduceAsync(ctx context.Context, topic string, recs []ingest
 	c.left.Store(int64(len(recs)))
 	refs := make([]asyncRef, len(recs))
 	msgs := make([]kafka.Message, len(recs))
+	headers := make([]kafka.Header, len(recs)) // one array for the chunk's ID headers
 	for i, rec := range recs {
 		refs[i] = asyncRef{c: c, i: i}
-		msgs[i] = message(topic, rec)
+		msgs[i] = message(topic, rec, headers[i:i:i+1]...)
 		msgs[i].WriterData = &refs[i]
 	}
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
