@@ -50,12 +50,12 @@ type fileReader struct {
 	src      io.ReadCloser // the decompressed stream
 
 	// CSV
-	rec     *recorder
-	csv     *csv.Reader
-	header  []string
-	enc     *rowEncoder
+	rec      *recorder
+	csv      *csv.Reader
+	header   []string
+	enc      *rowEncoder
 	lastSize int // the last value's length
-	next    int // the line the next CSV row starts at, at the earliest
+	next     int // the line the next CSV row starts at, at the earliest
 
 	// NDJSON
 	br   *bufio.Reader
