@@ -1,8 +1,18 @@
-// Package bulkload loads files through Kafka into a sink: it reads CSV and
-// NDJSON files (file.go), orders them for range-partitioned stores
-// (order.go), produces their records (produce.go), drains the topic with
-// worker stacks of the topic's consumer group, resumes a load a crash
-// interrupted (progress.go), and reports what happened (summary.go).
+// Package bulkload loads files through Kafka into a sink: it streams CSV
+// and NDJSON inputs — files, globs, directories, standard input, plain,
+// gzip or zstd — counting lines as it goes (input.go, file.go), turns CSV
+// rows into JSON records typed by a record type's schema or --csv-types
+// (csvjson.go), orders them for range-partitioned stores (order.go),
+// produces their records with many chunks on their way at once
+// (produce.go), drains the topic with worker stacks of the topic's
+// consumer group from the first record acknowledged on, resumes a load a
+// crash interrupted (progress.go), and reports what happened (summary.go).
+//
+// Memory holds a few chunks of records whatever the inputs' size: a row
+// being parsed and a few hundred read ahead, the records the producer has
+// not had acknowledged (queue.Producer: 10,000 at most), the IDs
+// remembered to find repeated ones (DefaultIDMemory, 8 MiB), and the
+// workers' in-flight records. Only Interleave holds the whole input.
 //
 // A load finishes when the group has committed every offset it produced,
 // so workers of other processes in the group help, and nothing is reported

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -351,15 +352,15 @@ func checkEmbeddedSize(c *cli.Context, in *bulkload.Input, log *slog.Logger) err
 			"instead", realServicesCommand(c))
 		return nil
 	}
-	mib := est >> 20
-	if mib > limitMiB {
-		return usageError(fmt.Errorf("--embedded: the input is about %d MiB (uncompressed estimate), over --embedded-max-input %d MiB: "+
+	limit, mib := limitMiB<<20, float64(est)/(1<<20)
+	if est > limit {
+		return usageError(fmt.Errorf("--embedded: the input is about %.1f MiB (uncompressed estimate), over --embedded-max-input %d MiB: "+
 			"the in-process Kafka broker keeps every record in memory (about 10 times the CSV size). Load it through real services instead:\n  %s",
 			mib, limitMiB, realServicesCommand(c)))
 	}
-	if mib > limitMiB/4 {
+	if est > limit/4 {
 		log.Warn("--embedded: a large input for the in-process Kafka broker, which keeps every record in memory (about 10 times the CSV size)",
-			"input_mib", mib, "limit_mib", limitMiB, "instead", realServicesCommand(c))
+			"input_mib", math.Round(mib*10)/10, "limit_mib", limitMiB, "instead", realServicesCommand(c))
 	}
 	return nil
 }
@@ -375,16 +376,20 @@ func realServicesCommand(c *cli.Context) string {
 		fmt.Fprintf(&b, "sluice sink-sim --capacity %s & ", strconv.FormatFloat(c.Float64("capacity"), 'f', -1, 64))
 	}
 	b.WriteString("sluice bulk-load")
-	args := os.Args[1:]
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "bulk-load":
-			continue
-		case a == "--embedded" || a == "-embedded" || strings.HasPrefix(a, "--embedded="):
+	names := c.FlagNames()
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
+		if name == "embedded" || name == "embedded-max-input" {
 			continue
 		}
-		b.WriteString(" " + shellQuote(a))
+		switch v := c.Value(name).(type) {
+		case bool:
+			if v {
+				b.WriteString(" --" + name)
+			}
+		default:
+			fmt.Fprintf(&b, " --%s %s", name, shellQuote(fmt.Sprint(v)))
+		}
 	}
 	if !c.IsSet("brokers") {
 		b.WriteString(" --brokers 127.0.0.1:19092")
@@ -394,6 +399,9 @@ func realServicesCommand(c *cli.Context) string {
 	}
 	if !c.IsSet("sink") {
 		b.WriteString(" --sink http://127.0.0.1:8088")
+	}
+	for _, arg := range c.Args().Slice() {
+		b.WriteString(" " + shellQuote(arg))
 	}
 	return b.String()
 }

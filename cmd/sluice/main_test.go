@@ -140,6 +140,19 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 	}
 }
 
+// --embedded refuses an input its in-process broker cannot hold, with the
+// command that loads it through real services instead (exit 2).
+func TestEmbeddedRefusesLargeInputs(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--capacity", "10", "--id-field", "id", "--dead-letter-file", "dlq.ndjson",
+		"--embedded-max-input", "1", "../../testdata/usgs-earthquakes-2025-05.csv")
+	require.Equal(t, exitUsage, code, stderr)
+	require.Equal(t, "sluice: --embedded: the input is about 1.8 MiB (uncompressed estimate), over --embedded-max-input 1 MiB: "+
+		"the in-process Kafka broker keeps every record in memory (about 10 times the CSV size). Load it through real services instead:\n"+
+		"  scripts/kafka.sh start; scripts/redis.sh start; sluice sink-sim --capacity 10 & sluice bulk-load --capacity 10 --dead-letter-file dlq.ndjson "+
+		"--id-field id --brokers 127.0.0.1:19092 --redis-addr 127.0.0.1:16379 --sink http://127.0.0.1:8088 ../../testdata/usgs-earthquakes-2025-05.csv\n", stderr)
+}
+
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	code, stdout, _ := runCLI(t, "--version")
