@@ -81,8 +81,9 @@ func OpenFile(path, format, idField string) (*Input, error) {
 	return Open([]string{path}, InputConfig{Format: format, IDField: idField})
 }
 
-// Open expands names — files, globs (path/filepath.Match syntax),
-// directories (their .csv, .ndjson and .jsonl files, compressed or not,
+// Open expands names — files, globs (path/filepath.Match syntax; like a
+// shell's, they skip directories and, unless the pattern starts with a
+// dot, dot-files), directories (their .csv, .ndjson and .jsonl files, compressed or not,
 // in name order; not their subdirectories) and Stdin — checks that each
 // file exists and that its format can be told, and opens the first (see
 // CheckFields for the others). Errors
@@ -156,12 +157,15 @@ func expand(name, format string) ([]string, error) {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
 			var out []string
+			hidden := strings.HasPrefix(filepath.Base(name), ".")
 			for _, m := range matches {
 				st, err := os.Stat(m)
 				if err != nil {
 					return nil, err
 				}
-				if st.IsDir() {
+				// As a shell does: no directories, and no dot-files
+				// unless the pattern names them.
+				if st.IsDir() || (strings.HasPrefix(filepath.Base(m), ".") && !hidden) {
 					continue
 				}
 				out = append(out, m)
@@ -308,28 +312,28 @@ func decompress(name string, raw io.ReadCloser, compression string) (io.ReadClos
 		if err != nil {
 			return nil, fmt.Errorf("%s: not gzip (see --compression): %w", name, err)
 		}
-		return readCloser{Reader: &nameErrors{name: name, r: z}, close: func() error { return errors.Join(z.Close(), raw.Close()) }}, nil
+		return readCloser{Reader: &nameErrors{name: name, codec: compression, r: z}, close: func() error { return errors.Join(z.Close(), raw.Close()) }}, nil
 	case CompressionZstd:
 		// Two blocks decoded at once, ahead of the parser.
 		z, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxWindow(zstdMaxWindow))
 		if err != nil {
 			return nil, fmt.Errorf("%s: zstd: %w", name, err)
 		}
-		return readCloser{Reader: &nameErrors{name: name, r: z}, close: func() error { z.Close(); return raw.Close() }}, nil
+		return readCloser{Reader: &nameErrors{name: name, codec: compression, r: z}, close: func() error { z.Close(); return raw.Close() }}, nil
 	}
 	return readCloser{Reader: br, close: raw.Close}, nil
 }
 
 // nameErrors says which input a decompression error is about.
 type nameErrors struct {
-	name string
-	r    io.Reader
+	name, codec string
+	r           io.Reader
 }
 
 func (n *nameErrors) Read(p []byte) (int, error) {
 	k, err := n.r.Read(p)
 	if err != nil && err != io.EOF {
-		err = fmt.Errorf("decompress %s: %w", n.name, err)
+		err = fmt.Errorf("decompress %s as %s (see --compression): %w", n.name, n.codec, err)
 	}
 	return k, err
 }
