@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -412,4 +413,83 @@ func TestDeadLetterFile(t *testing.T) {
 		{"id": "a", "reason": "HTTP 400", "source": "t/0@7", "value": map[string]any{"x": 1.0}},
 		{"id": "b", "reason": "in.csv:3: bad", "value": "not json"},
 	}, lines)
+}
+
+// refusal is a broker's verdict about one record.
+type refusal struct{}
+
+func (refusal) Error() string { return "refused by Kafka: message too large" }
+func (refusal) Refused() bool { return true }
+
+// scriptedAsync answers each chunk from another goroutine with the errors
+// script gives its records (nil: acknowledged).
+type scriptedAsync struct {
+	memTopic
+	script func(rec ingest.Record) error
+	wg     sync.WaitGroup
+}
+
+func (s *scriptedAsync) ProduceAsync(_ context.Context, _ string, recs []ingest.Record, done func([]error)) error {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		var errs []error
+		for i, rec := range recs {
+			if err := s.script(rec); err != nil {
+				if errs == nil {
+					errs = make([]error, len(recs))
+				}
+				errs[i] = err
+			}
+		}
+		done(errs)
+	}()
+	return nil
+}
+
+// With chunks answered asynchronously, a record the broker refuses is
+// dead-lettered with its file:line and its neighbours count as produced;
+// a broker failure stops producing, and only acknowledged records count,
+// with the rows done (what a rerun skips) ending before the failed chunk.
+func TestProduceAsyncAnswers(t *testing.T) {
+	t.Parallel()
+	lines := make([]string, 1000)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"id":"r%d"}`, i)
+	}
+	path := ndjsonFile(t, lines...)
+
+	p := &scriptedAsync{script: func(rec ingest.Record) error {
+		if rec.ID == "r42" {
+			return refusal{}
+		}
+		return nil
+	}}
+	dlq := &memDLQ{}
+	out, err := bulkload.Produce(t.Context(), open(t, path), p, dlq, bulkload.ProduceConfig{Topic: "t", Chunk: 100})
+	p.wg.Wait()
+	require.NoError(t, err)
+	require.EqualValues(t, 999, out.Produced)
+	require.EqualValues(t, 1, out.DeadLettered)
+	require.EqualValues(t, 1000, out.Done)
+	require.Len(t, dlq.letters, 1)
+	require.Equal(t, "r42", dlq.letters[0].Record.ID)
+	require.Equal(t, path+":43: refused by Kafka: message too large", dlq.letters[0].Reason)
+
+	p = &scriptedAsync{script: func(rec ingest.Record) error {
+		if n, _ := strconv.Atoi(strings.TrimPrefix(rec.ID, "r")); n >= 500 && n < 600 {
+			return errors.New("broker down")
+		}
+		return nil
+	}}
+	var acked []int64
+	out, err = bulkload.Produce(t.Context(), open(t, path), p, &memDLQ{}, bulkload.ProduceConfig{Topic: "t", Chunk: 100,
+		Acked: func(_ context.Context, pr bulkload.Produced) error { acked = append(acked, pr.Done); return nil }})
+	p.wg.Wait()
+	require.ErrorContains(t, err, "broker down")
+	require.Less(t, out.Produced, int64(1000))
+	require.GreaterOrEqual(t, out.Produced, int64(500), "the chunks before the failed one")
+	require.EqualValues(t, 500, out.Done, "a rerun produces the failed chunk again")
+	require.EqualValues(t, 500, acked[len(acked)-1], "the last progress saved")
+	require.Zero(t, out.DeadLettered, "a broker failure dead-letters nothing")
 }
