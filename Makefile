@@ -73,7 +73,7 @@ e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured list
 		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; scripts/dynamodb.sh stop; scripts/s3.sh stop; exit $$rc
 
 .PHONY: bench
-bench: ## benchmark scenarios 1-8 beside the alternatives (embedded Kafka and Redis, about 18 min); writes bench/results.json and bench/*.png
+bench: ## benchmark scenarios 1-9 beside the alternatives (embedded Kafka and Redis; scenario 9, bulk loads of 1 and 5 million rows, starts a real Kafka with scripts/kafka.sh and generates its input in .cache/bench; about 24 min); writes bench/results.json and bench/*.png
 	$(GO) run ./cmd/sluice-bench --out bench
 
 .PHONY: bench-api

@@ -1,7 +1,9 @@
 // Package bench is sluice's benchmark harness: the seven scenarios of the
-// design's "How we measure" section, and an eighth on write hotspots (sink
-// key strategies against a range-partitioned emulator), each run against the same sink
-// emulator (sinksim.Sim, served over HTTP on 127.0.0.1) on the same Kafka data,
+// design's "How we measure" section, an eighth on write hotspots (sink
+// key strategies against a range-partitioned emulator) and a ninth on bulk
+// loads of any size (a streamed .csv.gz input, the producer beside a raw
+// kafka-go writer, peak RSS, draining while producing), each run against
+// the same sink emulator (sinksim.Sim, served over HTTP on 127.0.0.1) on the same Kafka data,
 // with the alternatives measured in the same run beside sluice:
 //
 //   - naive: retry-on-error with no client-side limit (the project's retry
@@ -24,6 +26,8 @@
 // errors, not on slow numbers.
 //
 // Services are embedded by default (kfake for Kafka, miniredis with
-// ClockTTL for Redis); Config.Real points the harness at a real Kafka and
+// ClockTTL for Redis), but scenario 9 always uses a real Kafka, which it
+// starts with scripts/kafka.sh on Config.KafkaPort unless Config.Real
+// names one; Config.Real points the harness at a real Kafka and
 // Redis instead. The sink is always the in-process emulator.
 package bench

@@ -1,16 +1,14 @@
 package bulkload
 
 import (
+	"bufio"
 	"bytes"
-	"crypto/sha256"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -29,145 +27,212 @@ type RowError struct {
 func (e *RowError) Error() string { return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err) }
 func (e *RowError) Unwrap() error { return e.Err }
 
-// FileReader reads records from a CSV file (header row first; quoting and
-// UTF-8 per RFC 4180) or an NDJSON file (one JSON object per line). Each CSV
-// row becomes a JSON object keyed by the header, with string values and
-// null for empty fields.
-type FileReader struct {
-	// Validate, when set, checks each record's JSON value (a record type's
-	// schema, say); a record it refuses is a malformed row.
-	Validate func(value []byte) error
+// DefaultMaxRowBytes is the longest row or line an input may have: 16 MiB
+// (a Kafka message is about 1 MiB by default). A longer NDJSON line is a
+// malformed row; a longer CSV row (an unclosed quote, usually) ends the
+// file with an error naming where it starts, since the row's end cannot be
+// found.
+const DefaultMaxRowBytes = 16 << 20
 
-	path    string
-	idField string
-	data    []byte
-	csv     *csv.Reader
-	header  []string
-	rest    []byte // NDJSON not yet read
-	line    int    // NDJSON: the last line read
-	where   int    // the line of the last record returned
+// ndjsonBuffer is the read buffer of an NDJSON stream: the preflight peeks
+// at the first records within it.
+const ndjsonBuffer = 1 << 20
+
+// fileReader streams the records of one input: a CSV file (header row
+// first; quoting and UTF-8 per RFC 4180) or an NDJSON file (one JSON object
+// per line), counting lines as it goes. Each CSV row becomes a JSON object
+// keyed by the header (see CSVTypes).
+type fileReader struct {
+	name     string // as errors and dead letters name it
+	idField  string
+	validate func(value []byte) error
+	maxRow   int
+	src      io.ReadCloser // the decompressed stream
+
+	// CSV
+	rec      *recorder
+	csv      *csv.Reader
+	header   []string
+	enc      *rowEncoder
+	lastSize int // the last value's length
+	next     int // the line the next CSV row starts at, at the earliest
+
+	// NDJSON
+	br   *bufio.Reader
+	line int // the last line read
+
+	where int   // the line of the last record returned
+	err   error // sticky: the stream cannot be read on
 }
 
-// OpenFile reads path whole and prepares to parse it. format is "csv",
-// "ndjson" or "" (from the extension: .csv, .ndjson/.jsonl). idField names
-// the ID column or field (see RecordID). Errors name the file.
-func OpenFile(path, format, idField string) (*FileReader, error) {
-	if format == "" {
-		switch strings.ToLower(filepath.Ext(path)) {
-		case ".csv":
-			format = "csv"
-		case ".ndjson", ".jsonl":
-			format = "ndjson"
-		default:
-			return nil, fmt.Errorf("%s: cannot tell the format from the extension; use --format csv or ndjson", path)
-		}
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	f := &FileReader{path: path, idField: idField, data: data}
+// newFileReader prepares to read src, an input in format ("csv" or
+// "ndjson") named name. A CSV header without idField is an error naming the
+// columns.
+func newFileReader(name, format string, src io.ReadCloser, cfg InputConfig) (*fileReader, error) {
+	f := &fileReader{name: name, idField: cfg.IDField, validate: cfg.Validate, maxRow: cfg.MaxRowBytes, src: src}
 	switch format {
 	case "csv":
-		f.csv = csv.NewReader(bytes.NewReader(data))
-		f.csv.ReuseRecord = false
+		f.rec = &recorder{r: src, max: f.maxRow}
+		f.csv = csv.NewReader(f.rec)
+		f.csv.ReuseRecord = true
 		header, err := f.csv.Read()
 		if err != nil {
-			return nil, fmt.Errorf("%s: reading the header row: %w", path, err)
+			return nil, fmt.Errorf("%s: reading the header row: %w", name, err)
 		}
-		f.header = append([]string(nil), header...)
+		f.header = slices.Clone(header)
 		f.header[0] = strings.TrimPrefix(f.header[0], "\ufeff")
 		f.csv.FieldsPerRecord = len(f.header)
-		if idField != "" && !slices.Contains(f.header, idField) {
-			return nil, fmt.Errorf("%s: --id-field %q is not a column (columns: %s)", path, idField, strings.Join(f.header, ", "))
+		if cfg.IDField != "" && !slices.Contains(f.header, cfg.IDField) {
+			return nil, fmt.Errorf("%s: --id-field %q is not a column (columns: %s)", name, cfg.IDField, strings.Join(f.header, ", "))
 		}
+		f.enc = newRowEncoder(f.header, cfg.CSV, cfg.IDField)
+		line, _ := f.csv.FieldPos(0)
+		f.next = line + 1
 	case "ndjson":
-		f.rest = data
+		f.br = bufio.NewReaderSize(src, ndjsonBuffer)
+		if bom, err := f.br.Peek(3); err == nil && string(bom) == "\ufeff" {
+			_, _ = f.br.Discard(3)
+		}
 	default:
-		return nil, fmt.Errorf("%s: unknown format %q (want csv or ndjson)", path, format)
+		return nil, fmt.Errorf("%s: unknown format %q (want csv or ndjson)", name, format)
 	}
 	return f, nil
 }
 
-// Next returns the next record with Value, ID and Key (= ID) set, a
-// *RowError for a malformed row (call Next again to go on), or io.EOF.
-func (f *FileReader) Next() (ingest.Record, error) {
-	if f.csv != nil {
-		return f.nextCSV()
+// next returns the next record with Value, ID and Key (= ID) set, a
+// *RowError for a malformed row (call next again to go on), or io.EOF.
+func (f *fileReader) nextRecord() (ingest.Record, error) {
+	if f.err != nil {
+		return ingest.Record{}, f.err
 	}
-	return f.nextNDJSON()
+	var rec ingest.Record
+	var err error
+	if f.csv != nil {
+		rec, err = f.nextCSV()
+	} else {
+		rec, err = f.nextNDJSON()
+	}
+	if err != nil && !errors.Is(err, io.EOF) && !isRowError(err) {
+		f.err = err
+	}
+	return rec, err
 }
 
-func (f *FileReader) nextCSV() (ingest.Record, error) {
+func isRowError(err error) bool {
+	var re *RowError
+	return errors.As(err, &re)
+}
+
+func (f *fileReader) nextCSV() (ingest.Record, error) {
 	start := f.csv.InputOffset()
+	f.rec.mark(start)
 	fields, err := f.csv.Read()
-	raw := bytes.TrimRight(f.data[start:f.csv.InputOffset()], "\r\n")
+	raw := bytes.TrimRight(f.rec.bytes(start, f.csv.InputOffset()), "\r\n")
 	if err == io.EOF {
 		return ingest.Record{}, io.EOF
 	}
+	if errors.Is(err, errRowTooLong) {
+		return ingest.Record{}, fmt.Errorf("%s: the row starting at line %d or after is longer than %d bytes (an unclosed quote?); the rest of the file cannot be read", f.name, f.next, f.maxRow)
+	}
 	if err != nil {
-		line := 0
 		var pe *csv.ParseError
-		if errors.As(err, &pe) {
-			line, err = pe.StartLine, pe.Err
+		if !errors.As(err, &pe) {
+			return ingest.Record{}, fmt.Errorf("%s: %w", f.name, err)
 		}
-		return ingest.Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
+		f.next = max(f.next, pe.Line+1)
+		return ingest.Record{}, &RowError{Path: f.name, Line: pe.StartLine, Raw: bytes.Clone(raw), Err: pe.Err}
 	}
 	line, _ := f.csv.FieldPos(0)
-	obj := make(map[string]any, len(fields))
-	for i, v := range fields {
-		if v == "" {
-			obj[f.header[i]] = nil
-		} else {
-			obj[f.header[i]] = v
+	end, _ := f.csv.FieldPos(len(fields) - 1)
+	f.next = end + 1
+	f.where = line
+	// Encoded straight into the record's own buffer, sized by the last
+	// row's value (the rows of a file are alike).
+	value, id, err := f.enc.encode(make([]byte, 0, f.lastSize+f.lastSize/8+64), fields, f.idField)
+	if err != nil {
+		return ingest.Record{}, &RowError{Path: f.name, Line: line, Raw: bytes.Clone(raw), Err: err}
+	}
+	f.lastSize = len(value)
+	if f.idField == "" {
+		id = ingest.ContentID(value)
+	}
+	if f.validate != nil {
+		if err := f.validate(value); err != nil {
+			return ingest.Record{}, &RowError{Path: f.name, Line: line, Raw: bytes.Clone(raw), Err: err}
 		}
 	}
-	value, err := json.Marshal(obj)
-	if err != nil {
-		return ingest.Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
-	}
-	return f.record(value, line, raw)
+	return ingest.Record{ID: id, Key: []byte(id), Value: value}, nil
 }
 
-func (f *FileReader) nextNDJSON() (ingest.Record, error) {
-	for len(f.rest) > 0 {
-		line, rest, _ := bytes.Cut(f.rest, []byte("\n"))
-		f.rest = rest
+func (f *fileReader) nextNDJSON() (ingest.Record, error) {
+	for {
+		line, tooLong, err := f.readLine()
+		if len(line) == 0 && err != nil {
+			if err == io.EOF {
+				return ingest.Record{}, io.EOF
+			}
+			return ingest.Record{}, fmt.Errorf("%s: %w", f.name, err)
+		}
 		f.line++
+		if tooLong {
+			return ingest.Record{}, &RowError{Path: f.name, Line: f.line, Raw: bytes.Clone(line),
+				Err: fmt.Errorf("line longer than %d bytes", f.maxRow)}
+		}
 		raw := bytes.TrimSpace(line)
 		if len(raw) == 0 {
 			continue
 		}
+		f.where = f.line
 		if !ingest.IsJSONObject(raw) {
-			return ingest.Record{}, &RowError{Path: f.path, Line: f.line, Raw: bytes.Clone(raw), Err: errors.New("not a JSON object")}
+			return ingest.Record{}, &RowError{Path: f.name, Line: f.line, Raw: bytes.Clone(raw), Err: errors.New("not a JSON object")}
 		}
-		return f.record(bytes.Clone(raw), f.line, raw)
+		value := bytes.Clone(raw)
+		id, err := ingest.RecordID(value, f.idField)
+		if err == nil && f.validate != nil {
+			err = f.validate(value)
+		}
+		if err != nil {
+			return ingest.Record{}, &RowError{Path: f.name, Line: f.line, Raw: value, Err: err}
+		}
+		return ingest.Record{ID: id, Key: []byte(id), Value: value}, nil
 	}
-	return ingest.Record{}, io.EOF
 }
 
-// Digest returns the SHA-256 of the file's bytes: with the topic, the
-// identity of a load (see LoadID).
-func (f *FileReader) Digest() []byte {
-	sum := sha256.Sum256(f.data)
-	return sum[:]
+// readLine returns the next line without its newline, valid until the
+// next read; tooLong: it was longer than maxRow (its start is returned,
+// the rest skipped).
+func (f *fileReader) readLine() (line []byte, tooLong bool, err error) {
+	line, err = f.br.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return bytes.TrimSuffix(line, []byte("\n")), false, err
+	}
+	long := slices.Clone(line)
+	for err == bufio.ErrBufferFull {
+		line, err = f.br.ReadSlice('\n')
+		if len(long) < f.maxRow {
+			long = append(long, line...)
+		} else {
+			tooLong = true
+		}
+	}
+	if len(long) > f.maxRow {
+		tooLong, long = true, long[:f.maxRow]
+	}
+	return bytes.TrimSuffix(long, []byte("\n")), tooLong, err
 }
 
-// Where returns "path:line" of the record Next returned last.
-func (f *FileReader) Where() string { return fmt.Sprintf("%s:%d", f.path, f.where) }
-
-// Fields returns the fields a record of the file has: the CSV header, or
-// the union of the top-level keys of the first 100 NDJSON records, sorted.
-// A preflight checks the ID field and the sink key's fields against it.
-func (f *FileReader) Fields() []string {
+// fields returns the fields a record of the input has: the CSV header, or
+// the union of the top-level keys of the NDJSON records in its first MiB
+// (at most 100), sorted. It reads nothing the records need.
+func (f *fileReader) fields() []string {
 	if f.csv != nil {
 		return slices.Clone(f.header)
 	}
+	peek, _ := f.br.Peek(ndjsonBuffer)
 	seen := map[string]bool{}
-	rest := f.data
-	for n := 0; n < 100 && len(rest) > 0; {
+	for n := 0; n < 100 && len(peek) > 0; {
 		var line []byte
-		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		line, peek, _ = bytes.Cut(peek, []byte("\n"))
 		var obj map[string]json.RawMessage
 		if json.Unmarshal(line, &obj) == nil && obj != nil {
 			for k := range obj {
@@ -179,14 +244,43 @@ func (f *FileReader) Fields() []string {
 	return slices.Sorted(maps.Keys(seen))
 }
 
-func (f *FileReader) record(value []byte, line int, raw []byte) (ingest.Record, error) {
-	f.where = line
-	id, err := ingest.RecordID(value, f.idField)
-	if err == nil && f.Validate != nil {
-		err = f.Validate(value)
+func (f *fileReader) close() error { return f.src.Close() }
+
+// errRowTooLong is what a recorder returns once a row outgrows its limit.
+var errRowTooLong = errors.New("bulkload: row too long")
+
+// recorder keeps the bytes a CSV reader reads from the current row's start
+// on, so a malformed row can be dead-lettered as it was written, and
+// refuses to hold more than max of them.
+type recorder struct {
+	r    io.Reader
+	max  int
+	buf  []byte // the bytes from offset base on
+	base int64
+	from int64 // the current row's offset; earlier bytes may be dropped
+}
+
+func (t *recorder) Read(p []byte) (int, error) {
+	if drop := int(t.from - t.base); drop > 0 && drop >= len(t.buf)/2 {
+		n := copy(t.buf, t.buf[drop:])
+		t.buf, t.base = t.buf[:n], t.from
 	}
-	if err != nil {
-		return ingest.Record{}, &RowError{Path: f.path, Line: line, Raw: bytes.Clone(raw), Err: err}
+	if len(t.buf)-int(t.from-t.base) > t.max {
+		return 0, errRowTooLong
 	}
-	return ingest.Record{ID: id, Key: []byte(id), Value: value}, nil
+	n, err := t.r.Read(p)
+	t.buf = append(t.buf, p[:n]...)
+	return n, err
+}
+
+// mark says the current row starts at offset off.
+func (t *recorder) mark(off int64) { t.from = max(off, t.base) }
+
+// bytes returns the bytes read between offsets from and to.
+func (t *recorder) bytes(from, to int64) []byte {
+	from, to = max(from-t.base, 0), min(to-t.base, int64(len(t.buf)))
+	if from >= to {
+		return nil
+	}
+	return t.buf[from:to]
 }

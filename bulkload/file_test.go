@@ -1,6 +1,7 @@
 package bulkload_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/bulkload"
@@ -102,9 +105,8 @@ func TestRowsTheValidatorRefusesAreNamed(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "x.ndjson")
 	require.NoError(t, os.WriteFile(path, []byte(`{"id":"a","time":"t"}`+"\n"+`{"id":"b"}`+"\n"+`{"id":"c","time":"t"}`+"\n"), 0o600))
-	f, err := bulkload.OpenFile(path, "", "id")
+	f, err := bulkload.Open([]string{path}, bulkload.InputConfig{IDField: "id", Validate: types["earthquake"].Validate})
 	require.NoError(t, err)
-	f.Validate = types["earthquake"].Validate
 	var ids []string
 	for {
 		rec, err := f.Next()
@@ -122,4 +124,84 @@ func TestRowsTheValidatorRefusesAreNamed(t *testing.T) {
 		ids = append(ids, rec.ID)
 	}
 	require.Equal(t, []string{"a", "c"}, ids, "the neighbours of the bad row are read")
+}
+
+// Open expands directories (their data files, in name order) and globs,
+// refuses an input named twice, and tells gzip and zstd by extension, by
+// their first bytes, or by the Compression setting.
+func TestOpenExpandsAndDecompresses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		return path
+	}
+	gz := func(s string) []byte {
+		var b bytes.Buffer
+		w := gzip.NewWriter(&b)
+		_, _ = w.Write([]byte(s))
+		require.NoError(t, w.Close())
+		return b.Bytes()
+	}
+	zst := func(s string) []byte {
+		w, err := zstd.NewWriter(nil)
+		require.NoError(t, err)
+		defer w.Close()
+		return w.EncodeAll([]byte(s), nil)
+	}
+	write("data/b.csv", []byte("id\nb1\nb2\n"))
+	write("data/a.ndjson.zst", zst(`{"id":"a1"}`+"\n"))
+	write("data/c.jsonl", []byte(`{"id":"c1"}`+"\n"))
+	write("data/notes.txt", []byte("skipped\n"))
+	write("data/.hidden.csv", []byte("id\nx\n"))
+	write("data/sub/d.csv", []byte("id\nd1\n"))
+	noExt := write("export-1", gz("id\ne1\ne2\n")) // gzip told by its first bytes
+	ids := func(in *bulkload.Input) (out []string) {
+		for {
+			rec, err := in.Next()
+			if err == io.EOF {
+				return out
+			}
+			require.NoError(t, err)
+			name, _ := in.Pos()
+			out = append(out, filepath.Base(name)+":"+rec.ID)
+		}
+	}
+
+	in, err := bulkload.Open([]string{filepath.Join(dir, "data")}, bulkload.InputConfig{IDField: "id"})
+	require.NoError(t, err)
+	require.Equal(t, []string{filepath.Join(dir, "data", "a.ndjson.zst"), filepath.Join(dir, "data", "b.csv"), filepath.Join(dir, "data", "c.jsonl")}, in.Names())
+	require.Equal(t, []string{"a.ndjson.zst:a1", "b.csv:b1", "b.csv:b2", "c.jsonl:c1"}, ids(in))
+
+	in, err = bulkload.Open([]string{filepath.Join(dir, "data", "*.csv"), noExt}, bulkload.InputConfig{Format: "csv", IDField: "id"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"b.csv:b1", "b.csv:b2", "export-1:e1", "export-1:e2"}, ids(in))
+
+	// Standard input, compressed, told by the setting.
+	in, err = bulkload.Open([]string{"-"}, bulkload.InputConfig{Format: "ndjson", Compression: "zstd", IDField: "id",
+		Stdin: bytes.NewReader(zst(`{"id":"s1"}` + "\n" + `{"id":"s2"}` + "\n"))})
+	require.NoError(t, err)
+	require.Equal(t, []string{"stdin:s1", "stdin:s2"}, ids(in))
+	_, err = in.Digest()
+	require.ErrorIs(t, err, bulkload.ErrNoIdentity)
+
+	for _, tc := range []struct {
+		names []string
+		cfg   bulkload.InputConfig
+		want  string
+	}{
+		{[]string{filepath.Join(dir, "data", "b.csv"), filepath.Join(dir, "data", "*.csv")}, bulkload.InputConfig{}, "b.csv: named twice in the inputs"},
+		{[]string{filepath.Join(dir, "data", "sub", "*.ndjson")}, bulkload.InputConfig{}, "the pattern matches no file"},
+		{[]string{filepath.Join(dir, "data", "sub", "none")}, bulkload.InputConfig{}, "cannot tell the format"},
+		{[]string{t.TempDir()}, bulkload.InputConfig{}, "a directory with no .csv, .ndjson or .jsonl file"},
+		{[]string{noExt}, bulkload.InputConfig{Format: "csv", Compression: "zstd"}, "zstd"},
+		{[]string{filepath.Join(dir, "data", "b.csv")}, bulkload.InputConfig{Compression: "gzip"}, "not gzip (see --compression)"},
+		{[]string{"-", "-"}, bulkload.InputConfig{Format: "csv"}, "-: named twice"},
+		{nil, bulkload.InputConfig{}, "no input given"},
+	} {
+		_, err := bulkload.Open(tc.names, tc.cfg)
+		require.ErrorContains(t, err, tc.want, "%v", tc.names)
+	}
 }

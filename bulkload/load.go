@@ -1,8 +1,18 @@
-// Package bulkload loads files through Kafka into a sink: it reads CSV and
-// NDJSON files (file.go), orders them for range-partitioned stores
-// (order.go), produces their records (produce.go), drains the topic with
-// worker stacks of the topic's consumer group, resumes a load a crash
-// interrupted (progress.go), and reports what happened (summary.go).
+// Package bulkload loads files through Kafka into a sink: it streams CSV
+// and NDJSON inputs — files, globs, directories, standard input, plain,
+// gzip or zstd — counting lines as it goes (input.go, file.go), turns CSV
+// rows into JSON records typed by a record type's schema or --csv-types
+// (csvjson.go), orders them for range-partitioned stores (order.go),
+// produces their records with many chunks on their way at once
+// (produce.go), drains the topic with worker stacks of the topic's
+// consumer group from the first record acknowledged on, resumes a load a
+// crash interrupted (progress.go), and reports what happened (summary.go).
+//
+// Memory holds a few chunks of records whatever the inputs' size: a row
+// being parsed and a few hundred read ahead, the records the producer has
+// not had acknowledged (queue.Producer: 10,000 at most), the IDs
+// remembered to find repeated ones (DefaultIDMemory, 8 MiB), and the
+// workers' in-flight records. Only Interleave holds the whole input.
 //
 // A load finishes when the group has committed every offset it produced,
 // so workers of other processes in the group help, and nothing is reported
@@ -75,6 +85,7 @@ type Config struct {
 
 // Ports are what a Load drives.
 type Ports struct {
+	// File is the input (an *Input, or its rows reordered).
 	File        Rows
 	Producer    ingest.Producer
 	DeadLetters ingest.DeadLetters // receives the rows that cannot be produced
@@ -89,15 +100,16 @@ type Ports struct {
 	Rate func(now time.Time) float64
 	// Sink, when it keeps statistics, completes the summary.
 	Sink ingest.StatsSink
-	// Start, when not nil, is closed once the first records are produced;
-	// the in-process workers wait for it, so they drain while the rest is
-	// produced.
+	// Start, when not nil, is closed once the first records are
+	// acknowledged by the broker; the in-process workers wait for it, and
+	// drain while the rest is produced.
 	Start chan struct{}
 	// Progress, with Config.LoadID, makes a rerun resume; nil: none.
 	Progress Progress
 }
 
-// Load loads a file through the queue into the sink. Create it with New.
+// Load loads an input (files, standard input) through the queue into the
+// sink. Create it with New.
 type Load struct {
 	cfg Config
 	p   Ports
@@ -125,7 +137,7 @@ func New(cfg Config, p Ports) (*Load, error) {
 	return &Load{cfg: cfg, p: p}, nil
 }
 
-// Run loads the file and returns the summary. It stops early, with the
+// Run loads the input and returns the summary. It stops early, with the
 // summary of what was done, when ctx ends (its cause), when a worker gives
 // up (its *ingest.StalledError), when the dead letters exceed the limit
 // (ErrTooManyDeadLetters), or, without workers, when none drains the topic
@@ -183,7 +195,7 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 				mu.Unlock()
 				startOnce()
 				if l.p.Progress != nil && l.cfg.LoadID != "" {
-					if err := l.p.Progress.Save(ctx, l.cfg.LoadID, p.Read); err != nil {
+					if err := l.p.Progress.Save(ctx, l.cfg.LoadID, p.Done); err != nil {
 						l.cfg.Logger.Warn("saving the load's progress failed; a rerun would produce more again", "err", err)
 					}
 				}
@@ -210,6 +222,7 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 		err = context.Cause(ctx)
 	}
 	s = l.summary(ctx, s, produced, start, began)
+	s.WallS = time.Since(began).Seconds()
 	return s, err
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,10 @@ import (
 // memTopic is an in-memory topic of one partition, its consumer group's
 // committed offset, and a producer that refuses records over maxBytes.
 type memTopic struct {
+	// gate, when set, holds every Produce call after the first until it
+	// is closed.
+	gate      chan struct{}
+	calls     int
 	mu        sync.Mutex
 	recs      []ingest.Record
 	committed int64
@@ -33,8 +38,24 @@ type memTopic struct {
 	delay     time.Duration // each Produce call takes this long
 }
 
-func (m *memTopic) Produce(_ context.Context, _ string, recs []ingest.Record) error {
+func (m *memTopic) Produce(ctx context.Context, _ string, recs []ingest.Record) error {
 	time.Sleep(m.delay)
+	m.mu.Lock()
+	m.calls++
+	gate := m.gate
+	if m.calls == 1 {
+		gate = nil
+	}
+	m.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(30 * time.Second):
+			return errors.New("the file was held after its first chunk and nobody drained it")
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failAfter > 0 && len(m.recs)+len(recs) > m.failAfter {
@@ -116,11 +137,19 @@ func ndjsonFile(t *testing.T, lines ...string) string {
 	return path
 }
 
-func open(t *testing.T, path string) *bulkload.FileReader {
+func open(t *testing.T, path string) *bulkload.Input {
 	t.Helper()
 	f, err := bulkload.OpenFile(path, "", "id")
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
 	return f
+}
+
+func digest(t *testing.T, path string) []byte {
+	t.Helper()
+	d, err := open(t, path).Digest()
+	require.NoError(t, err)
+	return d
 }
 
 // Rows that cannot be produced — malformed, without an ID, too large for a
@@ -140,7 +169,11 @@ func TestProduceDeadLettersWhatCannotBeProduced(t *testing.T) {
 	topic, dlq := &memTopic{maxBytes: 100}, &memDLQ{}
 	p, err := bulkload.Produce(t.Context(), open(t, path), topic, dlq, bulkload.ProduceConfig{Topic: "t", Chunk: 2})
 	require.NoError(t, err)
-	require.Equal(t, bulkload.Produced{Read: 6, Produced: 3, DeadLettered: 3, DuplicateIDs: 1, DuplicateIDExamples: []string{"a"}}, p)
+	require.Positive(t, p.Elapsed)
+	require.False(t, p.Started.IsZero())
+	p.Elapsed, p.Started = 0, time.Time{}
+	require.Equal(t, bulkload.Produced{Read: 6, Produced: 3, DeadLettered: 3, Done: 6, DuplicateIDs: 1, DuplicateIDExamples: []string{"a"},
+		Files: []bulkload.FileCounts{{Name: path, Rows: 6, Produced: 3, DeadLettered: 3}}}, p)
 	require.Len(t, topic.recs, 3)
 	reasons := make([]string, len(dlq.letters))
 	for i, l := range dlq.letters {
@@ -223,7 +256,7 @@ func TestLoadResumesFromItsProgress(t *testing.T) {
 	}
 	path := ndjsonFile(t, lines...)
 	topic, dlq := &memTopic{failAfter: 600}, &memDLQ{}
-	id := bulkload.LoadID("t", open(t, path).Digest())
+	id := bulkload.LoadID("t", digest(t, path))
 
 	// The first run dies with 500 produced (chunks of 100 after 600).
 	c := new(ingest.Counters)
@@ -261,6 +294,45 @@ func TestLoadResumesFromItsProgress(t *testing.T) {
 	_, err = progress.Claim(t.Context(), id)
 	require.ErrorIs(t, err, bulkload.ErrLoadRunning)
 	release()
+}
+
+// The workers drain while the input is produced, whatever the capacity:
+// the producer holds everything after the first chunk until a worker has
+// delivered a record, so a load whose workers waited for the whole input
+// would never finish.
+func TestLoadDrainsWhileProducing(t *testing.T) {
+	t.Parallel()
+	lines := make([]string, 1000)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"id":"r%d"}`, i)
+	}
+	gate := make(chan struct{})
+	// members: the worker is in the group from the start (a real worker
+	// joins before its first fetch, which Start holds).
+	topic, dlq, c := &memTopic{gate: gate, members: 1}, &memDLQ{}, new(ingest.Counters)
+	start := make(chan struct{})
+	drain := topic.drain(c, dlq)
+	worker := ingest.RunFunc(func(ctx context.Context) error {
+		select { // as a worker does: no fetch before Start
+		case <-start:
+		case <-ctx.Done():
+			return nil
+		}
+		go func() {
+			for c.Totals().Delivered == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			close(gate)
+		}()
+		return drain.Run(ctx)
+	})
+	s, err := newLoad(t, bulkload.Config{Chunk: 100, MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
+		bulkload.Ports{File: open(t, ndjsonFile(t, lines...)), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: c,
+			Workers: []ingest.Runner{worker}, Start: start}).Run(t.Context())
+	require.NoError(t, err)
+	require.EqualValues(t, 1000, s.RecordsDelivered)
+	require.Less(t, s.DrainStartS, s.ProduceS, "draining began before producing ended")
+	require.GreaterOrEqual(t, s.LoadS, s.ProduceS)
 }
 
 // More dead letters than the limit stop the load (exit 3 in the CLI).
@@ -341,4 +413,83 @@ func TestDeadLetterFile(t *testing.T) {
 		{"id": "a", "reason": "HTTP 400", "source": "t/0@7", "value": map[string]any{"x": 1.0}},
 		{"id": "b", "reason": "in.csv:3: bad", "value": "not json"},
 	}, lines)
+}
+
+// refusal is a broker's verdict about one record.
+type refusal struct{}
+
+func (refusal) Error() string { return "refused by Kafka: message too large" }
+func (refusal) Refused() bool { return true }
+
+// scriptedAsync answers each chunk from another goroutine with the errors
+// script gives its records (nil: acknowledged).
+type scriptedAsync struct {
+	memTopic
+	script func(rec ingest.Record) error
+	wg     sync.WaitGroup
+}
+
+func (s *scriptedAsync) ProduceAsync(_ context.Context, _ string, recs []ingest.Record, done func([]error)) error {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		var errs []error
+		for i, rec := range recs {
+			if err := s.script(rec); err != nil {
+				if errs == nil {
+					errs = make([]error, len(recs))
+				}
+				errs[i] = err
+			}
+		}
+		done(errs)
+	}()
+	return nil
+}
+
+// With chunks answered asynchronously, a record the broker refuses is
+// dead-lettered with its file:line and its neighbours count as produced;
+// a broker failure stops producing, and only acknowledged records count,
+// with the rows done (what a rerun skips) ending before the failed chunk.
+func TestProduceAsyncAnswers(t *testing.T) {
+	t.Parallel()
+	lines := make([]string, 1000)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"id":"r%d"}`, i)
+	}
+	path := ndjsonFile(t, lines...)
+
+	p := &scriptedAsync{script: func(rec ingest.Record) error {
+		if rec.ID == "r42" {
+			return refusal{}
+		}
+		return nil
+	}}
+	dlq := &memDLQ{}
+	out, err := bulkload.Produce(t.Context(), open(t, path), p, dlq, bulkload.ProduceConfig{Topic: "t", Chunk: 100})
+	p.wg.Wait()
+	require.NoError(t, err)
+	require.EqualValues(t, 999, out.Produced)
+	require.EqualValues(t, 1, out.DeadLettered)
+	require.EqualValues(t, 1000, out.Done)
+	require.Len(t, dlq.letters, 1)
+	require.Equal(t, "r42", dlq.letters[0].Record.ID)
+	require.Equal(t, path+":43: refused by Kafka: message too large", dlq.letters[0].Reason)
+
+	p = &scriptedAsync{script: func(rec ingest.Record) error {
+		if n, _ := strconv.Atoi(strings.TrimPrefix(rec.ID, "r")); n >= 500 && n < 600 {
+			return errors.New("broker down")
+		}
+		return nil
+	}}
+	var acked []int64
+	out, err = bulkload.Produce(t.Context(), open(t, path), p, &memDLQ{}, bulkload.ProduceConfig{Topic: "t", Chunk: 100,
+		Acked: func(_ context.Context, pr bulkload.Produced) error { acked = append(acked, pr.Done); return nil }})
+	p.wg.Wait()
+	require.ErrorContains(t, err, "broker down")
+	require.Less(t, out.Produced, int64(1000))
+	require.GreaterOrEqual(t, out.Produced, int64(500), "the chunks before the failed one")
+	require.EqualValues(t, 500, out.Done, "a rerun produces the failed chunk again")
+	require.EqualValues(t, 500, acked[len(acked)-1], "the last progress saved")
+	require.Zero(t, out.DeadLettered, "a broker failure dead-letters nothing")
 }

@@ -14,7 +14,8 @@ import (
 // consecutive records over.
 const DefaultInterleaveBuckets = 64
 
-// Interleave reads all of rows and returns them reordered for a bulk load
+// Interleave reads all of rows into memory (so it is for inputs that fit
+// there) and returns them reordered for a bulk load
 // so that consecutive writes land in different key ranges of a
 // range-partitioned store, instead of all on the range holding the latest
 // key (Cloud Storage advises this for bulk uploads and deletes of
@@ -31,10 +32,12 @@ const DefaultInterleaveBuckets = 64
 func Interleave(rows Rows, key func(ingest.Record) (string, error), buckets int) (Rows, error) {
 	buckets = cmp.Or(max(buckets, 0), DefaultInterleaveBuckets)
 	type keyed struct {
-		key, where string
-		rec        ingest.Record
+		key  string
+		name string
+		line int
+		rec  ingest.Record
 	}
-	located, _ := rows.(interface{ Where() string })
+	located, _ := rows.(positioned)
 	var bad []error
 	var all []keyed
 	for {
@@ -56,37 +59,44 @@ func Interleave(rows Rows, key func(ingest.Record) (string, error), buckets int)
 				k = sk
 			}
 		}
-		var where string
+		kr := keyed{key: k, rec: rec}
 		if located != nil {
-			where = located.Where()
+			kr.name, kr.line = located.Pos()
 		}
-		all = append(all, keyed{k, where, rec})
+		all = append(all, kr)
 	}
 	slices.SortStableFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
 	size := (len(all) + buckets - 1) / buckets
-	out := &orderedRows{bad: bad, recs: make([]ingest.Record, 0, len(all)), wheres: make([]string, 0, len(all))}
+	out := &orderedRows{bad: bad, recs: make([]keyedPos, 0, len(all))}
 	for i := range size {
 		for start := 0; start < len(all); start += size {
 			if start+i < min(start+size, len(all)) {
-				out.recs = append(out.recs, all[start+i].rec)
-				out.wheres = append(out.wheres, all[start+i].where)
+				k := all[start+i]
+				out.recs = append(out.recs, keyedPos{k.rec, k.name, k.line})
 			}
 		}
 	}
 	return out, nil
 }
 
+// keyedPos is a record and where it is in its input.
+type keyedPos struct {
+	rec  ingest.Record
+	name string
+	line int
+}
+
 // orderedRows replays rows already read: the malformed ones, then the
 // records.
 type orderedRows struct {
-	bad    []error
-	recs   []ingest.Record
-	wheres []string // where each record is in its file; "" unknown
-	where  string
+	bad  []error
+	recs []keyedPos
+	last keyedPos
 }
 
-// Where returns where the record Next returned last is in its file.
-func (o *orderedRows) Where() string { return o.where }
+// Pos returns where the record Next returned last is in its input; a
+// malformed row's RowError names its own.
+func (o *orderedRows) Pos() (string, int) { return o.last.name, o.last.line }
 
 func (o *orderedRows) Next() (ingest.Record, error) {
 	if len(o.bad) > 0 {
@@ -97,7 +107,6 @@ func (o *orderedRows) Next() (ingest.Record, error) {
 	if len(o.recs) == 0 {
 		return ingest.Record{}, io.EOF
 	}
-	rec := o.recs[0]
-	o.recs, o.where, o.wheres = o.recs[1:], o.wheres[0], o.wheres[1:]
-	return rec, nil
+	o.last, o.recs = o.recs[0], o.recs[1:]
+	return o.last.rec, nil
 }

@@ -5,24 +5,75 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/ingest"
 )
 
-// Rows yields a file's records in the order they are to be produced: a
+// Rows yields an input's records in the order they are to be produced: a
 // Record, a *RowError for a malformed row (call Next again to go on), or
-// io.EOF. *FileReader is one. Rows that also have Where() report
-// "path:line" of the record returned last.
+// io.EOF. *Input is one. Rows that also have Pos() report the input and
+// line of the record returned last.
 type Rows interface {
 	Next() (ingest.Record, error)
 }
 
-// DefaultChunk is the number of records produced per broker request.
+// positioned is implemented by Rows that know where their last record
+// came from (*Input).
+type positioned interface {
+	Pos() (name string, line int)
+}
+
+// AsyncProducer is a producer that keeps many chunks of records on their
+// way to the broker at once (queue.Producer). ProduceAsync returns once
+// recs are queued (blocking while too many are unacknowledged) and calls
+// done once when every record is answered: nil when all were
+// acknowledged, else one error per record (nil for those acknowledged).
+// A record's error whose chain has a Refused() bool method returning true
+// is the broker's verdict about that record: it is dead-lettered; any
+// other error is a failure of the broker and stops the load. An error
+// from ProduceAsync itself means nothing was queued.
+type AsyncProducer interface {
+	ProduceAsync(ctx context.Context, topic string, recs []ingest.Record, done func(errs []error)) error
+}
+
+// syncProducer runs an ingest.Producer as an AsyncProducer, one chunk at a
+// time.
+type syncProducer struct{ p ingest.Producer }
+
+func (s syncProducer) ProduceAsync(ctx context.Context, topic string, recs []ingest.Record, done func([]error)) error {
+	if err := s.p.Produce(ctx, topic, recs); err != nil {
+		return err
+	}
+	done(nil)
+	return nil
+}
+
+// DefaultChunk is the number of records handed to the producer at once.
 const DefaultChunk = 500
+
+// DefaultIDMemory is how many distinct IDs Produce remembers to find IDs
+// that repeat in the input: 500,000 (8 MiB of 64-bit hashes). A row is
+// checked against the IDs remembered, so in a longer input a repeat of an
+// ID first read after them goes unreported (the sink still stores one
+// record per ID); an ID field that repeats (a wrong --id-field) shows long
+// before. Two different IDs share a hash with probability about n²/2⁶⁵
+// over n IDs (7·10⁻⁹ for 500,000): the second would be reported as a
+// repeat, and still produced.
+const DefaultIDMemory = 500_000
+
+// DefaultAckEvery is how often Produce reports its progress (Acked) while
+// records are acknowledged: 100 ms.
+const DefaultAckEvery = 100 * time.Millisecond
+
+// drainTimeout bounds the wait, once producing stopped early, for the
+// answers of the records on their way, so they are counted.
+const drainTimeout = 10 * time.Second
 
 // maxIDExamples is how many repeated IDs a load names.
 const maxIDExamples = 5
@@ -32,21 +83,28 @@ type ProduceConfig struct {
 	// Topic receives the records; required. Dead letters go to its
 	// dead-letter topic.
 	Topic string
-	// Chunk is the number of records per produce call. Defaults to
-	// DefaultChunk (500).
+	// Chunk is the number of records handed to the producer at once.
+	// Defaults to DefaultChunk (500).
 	Chunk int
 	// IDField is the field the IDs come from ("": a content hash); it
 	// names the field in the warning about repeated IDs.
 	IDField string
+	// IDMemory is how many distinct IDs are remembered to find repeated
+	// ones. Default DefaultIDMemory; negative: none.
+	IDMemory int
 	// Skip is how many rows of the input an earlier run of the same load
 	// produced: they are read (and their IDs counted) but not produced
 	// again.
 	Skip int64
-	// Acked, when set, is called after each chunk the broker acknowledged,
-	// with the rows of the input done so far (produced or dead-lettered);
-	// an error stops producing (a bulk load saves its progress and checks
-	// its dead-letter limit there).
+	// Acked, when set, is called as records are acknowledged (at once
+	// for the first chunk, then at most every AckEvery, and once at the
+	// end), with what was done so far; Produced.Done is the rows of the
+	// input done from its start. An error stops producing (a bulk load
+	// saves its progress and checks its dead-letter limit there).
 	Acked func(ctx context.Context, p Produced) error
+	// AckEvery is how often Acked is called at most. Default
+	// DefaultAckEvery (100 ms).
+	AckEvery time.Duration
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -56,13 +114,35 @@ type Produced struct {
 	// Read counts the rows read from the input; Skipped those an earlier
 	// run produced; Produced the records the broker acknowledged in this
 	// run; DeadLettered the rows refused before producing (malformed, no
-	// ID, invalid, too large for a Kafka message).
+	// ID, invalid, too large for a Kafka message) and the records the
+	// broker refused.
 	Read, Skipped, Produced, DeadLettered int64
+	// Done is how many rows of the input, from its start, are done:
+	// produced and acknowledged, dead-lettered, or skipped. A rerun of the
+	// same load skips them.
+	Done int64
 	// DuplicateIDs counts the records whose ID an earlier row of the input
-	// already had: the sink stores each ID once, so these rows are not
-	// stored as rows of their own. DuplicateIDExamples names a few.
+	// already had (among the IDs remembered, see DefaultIDMemory): the
+	// sink stores each ID once, so these rows are not stored as rows of
+	// their own. DuplicateIDExamples names a few.
 	DuplicateIDs        int64
 	DuplicateIDExamples []string
+	// Files counts per input, in the order read (inputs that report
+	// where their rows come from, like *Input).
+	Files []FileCounts
+	// Started is when the first row was read; Elapsed the time from then
+	// to the last answer.
+	Started time.Time
+	Elapsed time.Duration
+}
+
+// FileCounts is what Produce did with one input.
+type FileCounts struct {
+	Name         string `json:"name"`
+	Rows         int64  `json:"rows"`          // rows read
+	Produced     int64  `json:"produced"`      // acknowledged by the broker in this run
+	Skipped      int64  `json:"skipped"`       // produced by an earlier run of the load
+	DeadLettered int64  `json:"dead_lettered"` // refused before producing or by the broker
 }
 
 // fitter is implemented by producers that can tell a record too large to
@@ -71,109 +151,530 @@ type fitter interface {
 	Fits(rec ingest.Record) error
 }
 
-// Produce sends every record of rows to the topic in chunks, and every row
-// that cannot be produced — malformed, without an ID, refused by its
-// type's schema, too large for a Kafka message — to the dead-letter topic
-// with its file:line; its neighbours are produced. Only records the broker
-// acknowledged count as produced. It returns what it did, and an error
-// when the input cannot be read, the broker or the dead-letter topic fails,
-// or Acked stops it.
+// rowPos is where a record came from: an index into Produced.Files (-1:
+// unknown) and a line.
+type rowPos struct {
+	file int
+	line int
+}
+
+// sentChunk is a chunk handed to the producer and not yet counted.
+type sentChunk struct {
+	recs        []ingest.Record
+	pos         []rowPos
+	readThrough int64 // rows read when it was sent: all done once it is
+	answered    bool
+	errs        []error
+}
+
+// producing is the state Produce's reader and acknowledger share.
+type producing struct {
+	cfg    ProduceConfig
+	log    *slog.Logger
+	dlq    ingest.DeadLetters
+	signal chan struct{} // an answer arrived, or the reader finished
+
+	mu         sync.Mutex
+	out        Produced
+	sent       []*sentChunk // in the order sent
+	readerDone bool
+	failed     error // the first failure of the broker
+}
+
+// Produce sends every record of rows to the topic, keeping many chunks on
+// their way at once when p is an AsyncProducer, and every row that cannot
+// be produced — malformed, without an ID, refused by its type's schema,
+// too large for a Kafka message, refused by the broker — to the
+// dead-letter topic with its file:line; its neighbours are produced. Only
+// records the broker acknowledged count as produced. Memory holds the
+// records on their way (bounded by the producer) and the IDs remembered
+// (IDMemory), whatever the input's size. It returns what it did, and an
+// error when the input cannot be read, the broker or the dead-letter topic
+// fails, or Acked stops it.
 func Produce(ctx context.Context, rows Rows, p ingest.Producer, dlq ingest.DeadLetters, cfg ProduceConfig) (Produced, error) {
-	var out Produced
 	if cfg.Topic == "" {
-		return out, errors.New("bulkload: produce needs a topic")
+		return Produced{}, errors.New("bulkload: produce needs a topic")
 	}
-	log := cmp.Or(cfg.Logger, slog.Default())
+	cfg.Chunk = cmp.Or(cfg.Chunk, DefaultChunk)
+	cfg.AckEvery = cmp.Or(cfg.AckEvery, DefaultAckEvery)
+	if cfg.IDMemory == 0 {
+		cfg.IDMemory = DefaultIDMemory
+	}
+	ap, ok := p.(AsyncProducer)
+	if !ok {
+		ap = syncProducer{p}
+	}
+	pr := &producing{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), dlq: dlq, signal: make(chan struct{}, 1)}
+	began := time.Now()
+
+	readCtx, stopReading := context.WithCancelCause(ctx)
+	defer stopReading(nil)
+	ackCtx, stopAcking := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAcking()
+	acked := make(chan error, 1)
+	go func() { acked <- pr.acknowledge(ackCtx, stopReading) }()
+
+	readErr := pr.read(readCtx, rows, ap, p)
+	pr.mu.Lock()
+	pr.readerDone = true
+	pr.mu.Unlock()
+	pr.wake()
+	var ackErr error
+	if readErr == nil {
+		select {
+		case ackErr = <-acked:
+		case <-ctx.Done():
+			readErr = context.Cause(ctx)
+		}
+	}
+	if readErr != nil {
+		// Count what is answered within drainTimeout; the rest is
+		// produced, or not, without being counted.
+		select {
+		case ackErr = <-acked:
+		case <-time.After(drainTimeout):
+			stopAcking()
+			ackErr = <-acked
+		}
+	}
+	pr.mu.Lock()
+	out := pr.snapshot()
+	if pr.failed == nil && readErr == nil && ackErr == nil && len(pr.sent) == 0 {
+		out.Done = out.Read
+		pr.out.Done = out.Done
+	}
+	pr.mu.Unlock()
+	out.Started, out.Elapsed = began, time.Since(began)
+	// A reader stopped by the acknowledger returns its error as the cause.
+	err := cmp.Or(readErr, ackErr)
+	if cfg.Acked != nil {
+		if aerr := cfg.Acked(context.WithoutCancel(ctx), out); err == nil {
+			err = aerr
+		}
+	}
+	if out.DuplicateIDs > 0 {
+		field := cmp.Or(cfg.IDField, "the content hash")
+		pr.log.Warn("IDs repeat in the input: the sink stores one record per ID, so these rows are not stored on their own; check the ID field",
+			"id_field", field, "repeated", out.DuplicateIDs, "rows", out.Read, "examples", out.DuplicateIDExamples)
+	}
+	return out, err
+}
+
+// snapshot copies out; mu held.
+func (pr *producing) snapshot() Produced {
+	out := pr.out
+	out.DuplicateIDExamples = slices.Clone(out.DuplicateIDExamples)
+	out.Files = slices.Clone(out.Files)
+	return out
+}
+
+func (pr *producing) wake() {
+	select {
+	case pr.signal <- struct{}{}:
+	default:
+	}
+}
+
+// read reads rows, dead-letters the rows that cannot be produced, and
+// hands the others to ap in chunks.
+func (pr *producing) read(ctx context.Context, rows Rows, ap AsyncProducer, p ingest.Producer) error {
+	cfg := pr.cfg
 	fits, _ := p.(fitter)
-	located, _ := rows.(interface{ Where() string })
-	ids := make(map[uint64]struct{})
-	buf := make([]ingest.Record, 0, cmp.Or(cfg.Chunk, DefaultChunk))
-	flush := func() error {
-		if len(buf) > 0 {
-			if err := p.Produce(ctx, cfg.Topic, buf); err != nil {
-				return fmt.Errorf("produce to %q: %w", cfg.Topic, err)
+	where, _ := rows.(positioned)
+	seed := maphash.MakeSeed()
+	var ids idSet
+	remembering := cfg.IDMemory > 0
+	fileIndex := map[string]int{}
+	var lastName string
+	lastIndex := -1
+	// posOf returns where a row is; a malformed row's error names its
+	// own place.
+	posOf := func(rowErr *RowError, name string, line int) rowPos {
+		switch {
+		case rowErr != nil:
+			name, line = rowErr.Path, rowErr.Line
+		case where == nil:
+			return rowPos{file: -1}
+		}
+		if name != lastName || lastIndex < 0 {
+			i, ok := fileIndex[name]
+			if !ok {
+				i = len(pr.out.Files)
+				fileIndex[name] = i
+				pr.mu.Lock()
+				pr.out.Files = append(pr.out.Files, FileCounts{Name: name})
+				pr.mu.Unlock()
 			}
-			out.Produced += int64(len(buf))
-			buf = buf[:0]
+			lastName, lastIndex = name, i
 		}
-		if cfg.Acked != nil {
-			return cfg.Acked(ctx, out)
+		return rowPos{file: lastIndex, line: line}
+	}
+	buf := make([]ingest.Record, 0, cfg.Chunk)
+	pos := make([]rowPos, 0, cfg.Chunk)
+	send := func() error {
+		if len(buf) == 0 {
+			return nil
 		}
+		pr.mu.Lock()
+		c := &sentChunk{recs: buf, pos: pos, readThrough: pr.out.Read}
+		pr.sent = append(pr.sent, c)
+		pr.mu.Unlock()
+		err := ap.ProduceAsync(ctx, cfg.Topic, buf, func(errs []error) {
+			pr.mu.Lock()
+			c.answered, c.errs = true, errs
+			pr.mu.Unlock()
+			pr.wake()
+		})
+		if err != nil {
+			pr.mu.Lock()
+			pr.sent = slices.DeleteFunc(pr.sent, func(s *sentChunk) bool { return s == c })
+			pr.mu.Unlock()
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("produce to %q: %w", cfg.Topic, err)
+		}
+		buf = make([]ingest.Record, 0, cfg.Chunk)
+		pos = make([]rowPos, 0, cfg.Chunk)
 		return nil
 	}
-	deadLetter := func(rec ingest.Record, reason string) error {
-		out.DeadLettered++
+	deadLetter := func(rec ingest.Record, at rowPos, reason string) error {
 		rec.Pos = ingest.Position{Topic: cfg.Topic, Offset: -1}
-		if err := dlq.DeadLetter(ctx, ingest.DeadLetter{Record: rec, Reason: reason}); err != nil {
+		if err := pr.dlq.DeadLetter(ctx, ingest.DeadLetter{Record: rec, Reason: reason}); err != nil {
 			return fmt.Errorf("dead-letter %s: %w", reason, err)
 		}
+		pr.mu.Lock()
+		pr.out.DeadLettered++
+		if at.file >= 0 {
+			pr.out.Files[at.file].DeadLettered++
+		}
+		pr.mu.Unlock()
 		return nil
 	}
+	ahead := readAhead(ctx, rows)
+	defer ahead.stop()
+	var batch []fetched
 	for {
-		rec, err := rows.Next()
-		if err == io.EOF {
-			break
+		if len(batch) == 0 {
+			if err := ctx.Err(); err != nil {
+				return context.Cause(ctx)
+			}
+			var ok bool
+			if batch, ok = <-ahead.batches; !ok {
+				break
+			}
+			continue
 		}
-		out.Read++
-		skip := out.Read <= cfg.Skip
-		if skip {
-			out.Skipped++
-		}
+		f := batch[0]
+		batch = batch[1:]
+		rec, err := f.rec, f.err
 		var rowErr *RowError
-		switch {
-		case errors.As(err, &rowErr):
+		if err != nil && !errors.As(err, &rowErr) {
+			return err
+		}
+		at := posOf(rowErr, f.name, f.line)
+		pr.mu.Lock()
+		pr.out.Read++
+		skip := pr.out.Read <= cfg.Skip
+		if skip {
+			pr.out.Skipped++
+		}
+		if at.file >= 0 {
+			pr.out.Files[at.file].Rows++
+			if skip {
+				pr.out.Files[at.file].Skipped++
+			}
+		}
+		dead := pr.out.DeadLettered
+		pr.mu.Unlock()
+		if rowErr != nil {
 			if skip {
 				continue
 			}
-			if out.DeadLettered < maxIDExamples {
-				log.Warn("row dead-lettered", "err", rowErr.Error())
+			if dead < maxIDExamples {
+				pr.log.Warn("row dead-lettered", "err", rowErr.Error())
 			}
-			if err := deadLetter(ingest.Record{ID: ingest.ContentID(rowErr.Raw), Value: rowErr.Raw}, rowErr.Error()); err != nil {
-				return out, err
+			if err := deadLetter(ingest.Record{ID: ingest.ContentID(rowErr.Raw), Value: rowErr.Raw}, at, rowErr.Error()); err != nil {
+				return err
 			}
 			continue
-		case err != nil:
-			return out, err
 		}
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(rec.ID))
-		if _, seen := ids[h.Sum64()]; seen {
-			out.DuplicateIDs++
-			if len(out.DuplicateIDExamples) < maxIDExamples && !slices.Contains(out.DuplicateIDExamples, rec.ID) {
-				out.DuplicateIDExamples = append(out.DuplicateIDExamples, rec.ID)
+		h := maphash.String(seed, rec.ID)
+		if ids.has(h) {
+			pr.mu.Lock()
+			pr.out.DuplicateIDs++
+			if len(pr.out.DuplicateIDExamples) < maxIDExamples && !slices.Contains(pr.out.DuplicateIDExamples, rec.ID) {
+				pr.out.DuplicateIDExamples = append(pr.out.DuplicateIDExamples, rec.ID)
 			}
-		} else {
-			ids[h.Sum64()] = struct{}{}
+			pr.mu.Unlock()
+		} else if remembering {
+			ids.add(h)
+			if ids.n >= cfg.IDMemory {
+				remembering = false
+				pr.log.Info("repeated IDs: no more IDs remembered; a later repeat of an ID read from here on is not reported (the sink still stores one record per ID)",
+					"ids_remembered", ids.n, "rows", rowsRead(pr))
+			}
 		}
 		if skip {
 			continue
 		}
 		if fits != nil {
 			if err := fits.Fits(rec); err != nil {
-				where := "record " + rec.ID
-				if located != nil {
-					where = located.Where()
-				}
-				if err := deadLetter(rec, fmt.Sprintf("%s: %v", where, err)); err != nil {
-					return out, err
+				if err := deadLetter(rec, at, fmt.Sprintf("%s: %v", pr.describe(at, rec), err)); err != nil {
+					return err
 				}
 				continue
 			}
 		}
 		buf = append(buf, rec)
+		pos = append(pos, at)
 		if len(buf) == cap(buf) {
-			if err := flush(); err != nil {
-				return out, err
+			if err := send(); err != nil {
+				return err
 			}
 		}
 	}
-	if err := flush(); err != nil {
-		return out, err
+	return send()
+}
+
+// readAheadBatch is how many rows the read-ahead hands over at once.
+const readAheadBatch = 256
+
+// fetched is a row read ahead: Next's answer and, for inputs that tell,
+// where the row is.
+type fetched struct {
+	rec  ingest.Record
+	err  error
+	name string
+	line int
+}
+
+// aheadReader reads rows in a goroutine of its own, a few batches ahead,
+// so parsing and encoding run beside producing.
+type aheadReader struct {
+	batches chan []fetched
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// readAhead starts reading rows; the batches end after io.EOF or the
+// first error that is not a *RowError (sent as the last fetched).
+func readAhead(ctx context.Context, rows Rows) *aheadReader {
+	ctx, cancel := context.WithCancel(ctx)
+	a := &aheadReader{batches: make(chan []fetched, 4), cancel: cancel, done: make(chan struct{})}
+	where, _ := rows.(positioned)
+	go func() {
+		defer close(a.done)
+		defer close(a.batches)
+		for {
+			batch := make([]fetched, 0, readAheadBatch)
+			end := false
+			for len(batch) < readAheadBatch && !end {
+				rec, err := rows.Next()
+				if err == io.EOF {
+					end = true
+					break
+				}
+				f := fetched{rec: rec, err: err}
+				if where != nil {
+					f.name, f.line = where.Pos()
+				}
+				batch = append(batch, f)
+				end = err != nil && !isRowError(err)
+			}
+			if len(batch) > 0 {
+				select {
+				case a.batches <- batch:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if end || ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	return a
+}
+
+// stop ends the read-ahead and waits for its goroutine (which finishes
+// the row it is reading: reading standard input may wait for its writer).
+func (a *aheadReader) stop() {
+	a.cancel()
+	<-a.done
+}
+
+// idSet is a set of 64-bit ID hashes in an open-addressing table with
+// linear probing, kept at most half full: 8 bytes a slot, so 16 MiB for a
+// million IDs (a Go map takes 25 to 38 bytes an entry).
+type idSet struct {
+	slots []uint64 // 0: empty
+	n     int
+}
+
+func (s *idSet) has(h uint64) bool {
+	if len(s.slots) == 0 {
+		return false
 	}
-	if out.DuplicateIDs > 0 {
-		field := cmp.Or(cfg.IDField, "the content hash")
-		log.Warn("IDs repeat in the input: the sink stores one record per ID, so these rows are not stored on their own; check the ID field",
-			"id_field", field, "repeated", out.DuplicateIDs, "rows", out.Read, "examples", out.DuplicateIDExamples)
+	h = max(h, 1)
+	mask := uint64(len(s.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case h:
+			return true
+		case 0:
+			return false
+		}
 	}
-	return out, nil
+}
+
+func (s *idSet) add(h uint64) {
+	if 2*(s.n+1) > len(s.slots) {
+		old := s.slots
+		s.slots, s.n = make([]uint64, max(2*len(old), 1<<16)), 0
+		for _, v := range old {
+			if v != 0 {
+				s.insert(v)
+			}
+		}
+	}
+	s.insert(max(h, 1))
+}
+
+func (s *idSet) insert(h uint64) {
+	mask := uint64(len(s.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case h:
+			return
+		case 0:
+			s.slots[i] = h
+			s.n++
+			return
+		}
+	}
+}
+
+func rowsRead(pr *producing) int64 {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.out.Read
+}
+
+// describe names where a record came from: file:line, else its ID.
+func (pr *producing) describe(at rowPos, rec ingest.Record) string {
+	if at.file < 0 {
+		return "record " + rec.ID
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return fmt.Sprintf("%s:%d", pr.out.Files[at.file].Name, at.line)
+}
+
+// acknowledge counts the answered chunks in the order they were sent,
+// dead-letters the records the broker refused, reports progress, and
+// returns once the reader is done and every chunk is counted (or ctx
+// ends). A failure of the broker stops the reader.
+func (pr *producing) acknowledge(ctx context.Context, stopReading context.CancelCauseFunc) error {
+	var lastAck time.Time
+	first := true
+	for {
+		select {
+		case <-pr.signal:
+		case <-ctx.Done():
+			return nil
+		}
+		for {
+			pr.mu.Lock()
+			if len(pr.sent) == 0 || !pr.sent[0].answered {
+				pr.mu.Unlock()
+				break
+			}
+			c := pr.sent[0]
+			pr.sent = pr.sent[1:]
+			pr.mu.Unlock()
+			if err := pr.count(ctx, c); err != nil {
+				stopReading(err)
+				return err
+			}
+		}
+		pr.mu.Lock()
+		finished := pr.readerDone && len(pr.sent) == 0
+		out := pr.snapshot()
+		pr.mu.Unlock()
+		if pr.cfg.Acked != nil && !finished && (first || time.Since(lastAck) >= pr.cfg.AckEvery) && out.Done > 0 {
+			first, lastAck = false, time.Now()
+			if err := pr.cfg.Acked(ctx, out); err != nil {
+				stopReading(err)
+				return err
+			}
+		}
+		if finished {
+			pr.mu.Lock()
+			failed := pr.failed
+			pr.mu.Unlock()
+			return failed
+		}
+	}
+}
+
+// count counts one answered chunk.
+func (pr *producing) count(ctx context.Context, c *sentChunk) error {
+	var produced int64
+	var refused []ingest.DeadLetter
+	var refusedAt []rowPos
+	var failure error
+	for i := range c.recs {
+		var err error
+		if c.errs != nil {
+			err = c.errs[i]
+		}
+		switch {
+		case err == nil:
+			produced++
+			if c.pos[i].file >= 0 {
+				pr.mu.Lock()
+				pr.out.Files[c.pos[i].file].Produced++
+				pr.mu.Unlock()
+			}
+		case isRefused(err):
+			rec := c.recs[i]
+			rec.Pos = ingest.Position{Topic: pr.cfg.Topic, Offset: -1}
+			refused = append(refused, ingest.DeadLetter{Record: rec, Reason: fmt.Sprintf("%s: %v", pr.describe(c.pos[i], rec), err)})
+			refusedAt = append(refusedAt, c.pos[i])
+		default:
+			failure = cmp.Or(failure, err)
+		}
+	}
+	if len(refused) > 0 {
+		if err := pr.dlq.DeadLetter(ctx, refused...); err != nil {
+			return fmt.Errorf("dead-letter %d records the broker refused: %w", len(refused), err)
+		}
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.out.Produced += produced
+	pr.out.DeadLettered += int64(len(refused))
+	for _, at := range refusedAt {
+		if at.file >= 0 {
+			pr.out.Files[at.file].DeadLettered++
+		}
+	}
+	if failure != nil && pr.failed == nil {
+		pr.failed = fmt.Errorf("produce to %q: %w", pr.cfg.Topic, failure)
+	}
+	if pr.failed == nil {
+		pr.out.Done = c.readThrough
+	}
+	if failure != nil {
+		return pr.failed
+	}
+	return nil
+}
+
+// isRefused reports whether a producer's error for one record is the
+// broker's verdict about that record (see AsyncProducer).
+func isRefused(err error) bool {
+	var r interface{ Refused() bool }
+	return errors.As(err, &r) && r.Refused()
 }

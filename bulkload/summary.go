@@ -20,7 +20,7 @@ import (
 // DuplicateIDs says how many of those the input itself repeated.
 type Summary struct {
 	LoadID              string   `json:"load_id,omitempty"`      // the load's identity (topic and input content)
-	RecordsTotal        int64    `json:"records_total"`          // rows or lines read from the input
+	RecordsTotal        int64    `json:"records_total"`          // rows or lines read from the inputs
 	RecordsProduced     int64    `json:"records_produced"`       // records this run produced (acknowledged by the broker)
 	RecordsSkipped      int64    `json:"records_skipped"`        // rows an earlier run of the same load produced
 	RecordsDelivered    int64    `json:"records_delivered"`      // stored by the sink for the first time (by this process's workers; without workers, offsets the group committed)
@@ -28,16 +28,28 @@ type Summary struct {
 	RecordsDeadLettered int64    `json:"records_dead_lettered"`  // rows refused before producing and records refused by the sink or the record type
 	DuplicateIDs        int64    `json:"duplicate_ids_in_input"` // rows whose ID an earlier row had: the sink stores one record per ID
 	DuplicateIDExamples []string `json:"duplicate_id_examples,omitempty"`
-	SinkRequests        int64    `json:"sink_requests"`        // write requests sent
-	SinkRecordAttempts  int64    `json:"sink_record_attempts"` // records sent, retries included
-	SinkThrottled       int64    `json:"sink_throttled"`       // record attempts answered "throttled" (429)
-	SinkFailedWrites    int64    `json:"sink_failed_writes"`   // requests that failed as a whole (the sink was paused)
-	Unit                string   `json:"unit"`                 // records, bytes or cost
-	CapacityUnitsPerS   float64  `json:"capacity_units_per_s"` // the pool's capacity
-	CostTotal           int64    `json:"cost_total"`           // units of the delivered records
-	ElapsedS            float64  `json:"elapsed_s"`            // first fetch to last acknowledgement, seconds
-	IdealS              float64  `json:"ideal_s"`              // cost_total / capacity, seconds
-	Utilization         float64  `json:"utilization"`          // ideal_s / elapsed_s
+	// Files counts per input, in the order read.
+	Files           []FileCounts `json:"files,omitempty"`
+	ProduceS        float64      `json:"produce_s"`          // first row read to the last acknowledgement by the broker, seconds
+	ProduceRowsPerS float64      `json:"produce_rows_per_s"` // records_total / produce_s
+	// DrainStartS is when the workers fetched their first record, and
+	// LoadS when the last record was done (produced and delivered or
+	// dead-lettered), both in seconds from the first row read: the
+	// workers drain while the rest is produced, so LoadS is about the
+	// longer of producing and draining, plus a slice.
+	DrainStartS        float64 `json:"drain_start_s"`
+	LoadS              float64 `json:"load_s"`
+	SinkRequests       int64   `json:"sink_requests"`        // write requests sent
+	SinkRecordAttempts int64   `json:"sink_record_attempts"` // records sent, retries included
+	SinkThrottled      int64   `json:"sink_throttled"`       // record attempts answered "throttled" (429)
+	SinkFailedWrites   int64   `json:"sink_failed_writes"`   // requests that failed as a whole (the sink was paused)
+	Unit               string  `json:"unit"`                 // records, bytes or cost
+	CapacityUnitsPerS  float64 `json:"capacity_units_per_s"` // the pool's capacity
+	CostTotal          int64   `json:"cost_total"`           // units of the delivered records
+	ElapsedS           float64 `json:"elapsed_s"`            // first fetch to last acknowledgement, seconds
+	WallS              float64 `json:"wall_s"`               // the whole load, from its start to the summary, seconds
+	IdealS             float64 `json:"ideal_s"`              // cost_total / capacity, seconds
+	Utilization        float64 `json:"utilization"`          // ideal_s / elapsed_s
 	// The rate promise from both sides: the most units sent in any
 	// sliding second at send time (the pacers of this process), and the
 	// most the sink accepted (all its clients, when it reports it); the
@@ -61,6 +73,20 @@ func (l *Load) summary(ctx context.Context, s Summary, p Produced, start map[int
 	t := l.p.Counters.Totals()
 	s.RecordsTotal, s.RecordsProduced, s.RecordsSkipped = p.Read, p.Produced, p.Skipped
 	s.DuplicateIDs, s.DuplicateIDExamples = p.DuplicateIDs, p.DuplicateIDExamples
+	s.Files, s.ProduceS = p.Files, p.Elapsed.Seconds()
+	if !p.Started.IsZero() {
+		end := p.Started.Add(p.Elapsed)
+		if t.LastDone.After(end) {
+			end = t.LastDone
+		}
+		s.LoadS = end.Sub(p.Started).Seconds()
+		if !t.FirstFetch.IsZero() {
+			s.DrainStartS = t.FirstFetch.Sub(p.Started).Seconds()
+		}
+	}
+	if s.ProduceS > 0 {
+		s.ProduceRowsPerS = math.Round(float64(p.Read) / s.ProduceS)
+	}
 	s.RecordsDelivered, s.DuplicatesAtSink = t.Delivered, t.Duplicates
 	s.RecordsDeadLettered = t.DeadLettered + p.DeadLettered
 	s.SinkRequests, s.SinkRecordAttempts, s.SinkThrottled, s.SinkFailedWrites = t.Requests, t.Attempts, t.Throttled, t.FailedWrites
@@ -103,6 +129,13 @@ func (s Summary) WriteText(w io.Writer) {
 		s.RecordsTotal, s.RecordsDelivered, s.DuplicatesAtSink, s.RecordsDeadLettered)
 	if s.RecordsSkipped > 0 {
 		fmt.Fprintf(w, "resumed      %d rows produced by an earlier run of this load, %d produced now\n", s.RecordsSkipped, s.RecordsProduced)
+	}
+	fmt.Fprintf(w, "produced     %d records in %.2f s (%.0f rows/s read and produced); draining began %.2f s after the first row, the last record was done at %.2f s\n",
+		s.RecordsProduced, s.ProduceS, s.ProduceRowsPerS, s.DrainStartS, s.LoadS)
+	if len(s.Files) > 1 {
+		for _, f := range s.Files {
+			fmt.Fprintf(w, "  %s: %d rows, %d produced, %d skipped, %d dead-lettered\n", f.Name, f.Rows, f.Produced, f.Skipped, f.DeadLettered)
+		}
 	}
 	if s.DuplicateIDs > 0 {
 		fmt.Fprintf(w, "input        %d rows repeat an earlier row's ID (e.g. %v): the sink keeps one record per ID\n", s.DuplicateIDs, s.DuplicateIDExamples)
@@ -166,7 +199,7 @@ func (p *progress) update(t ingest.Totals, prod Produced, rate float64) {
 	eta := p.eta(t, total-done-prod.Skipped, rate)
 	if p.bar != nil {
 		p.bar.ChangeMax64(max(total-prod.Skipped, 1))
-		p.bar.Describe(fmt.Sprintf("loading (%d produced, %.0f %s/s leased, ETA %s)", prod.Produced, rate, p.cfg.Unit, eta))
+		p.bar.Describe(fmt.Sprintf("loading (%d read, %d produced, %d delivered; %.0f %s/s leased, ETA %s)", prod.Read, prod.Produced, t.Delivered, rate, p.cfg.Unit, eta))
 		_ = p.bar.Set64(done)
 		return
 	}

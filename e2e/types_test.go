@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/recordtype"
 )
 
 // typed is a world with two record types, each with its own topic, pool and
@@ -104,10 +105,17 @@ func (w *typed) post() {
 }
 
 func (w *typed) postType(typ string, n int) error {
-	file, err := bulkload.OpenFile(usgs, "csv", "id")
+	types, err := recordtype.Load(w.types)
 	if err != nil {
 		return err
 	}
+	// The CSV fields as the type's schema declares them (mag a number).
+	file, err := bulkload.Open([]string{usgs}, bulkload.InputConfig{Format: "csv", IDField: "id",
+		CSV: bulkload.CSVTypes{Columns: types[typ].FieldTypes()}})
+	if err != nil {
+		return err
+	}
+	defer file.Close()
 	var batch bytes.Buffer
 	flush := func() error {
 		req, _ := http.NewRequest(http.MethodPost, w.api+"/v1/records/"+typ, bytes.NewReader(batch.Bytes()))

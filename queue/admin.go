@@ -66,7 +66,7 @@ func EnsureTopic(ctx context.Context, brokers []string, topic string, partitions
 // EnsureTopic creates topic with partitions partitions and the broker's
 // default replication factor, unless it exists (an existing topic is left
 // as it is, whatever its partition count), and waits until every partition
-// has a leader. Idempotent; use it for "<topic>.dlq" too. Bounded by ctx and
+// has a leader that answers for its offsets. Idempotent; use it for "<topic>.dlq" too. Bounded by ctx and
 // 30 s.
 func (a Admin) EnsureTopic(ctx context.Context, topic string, partitions int) error {
 	if topic == "" {
@@ -86,9 +86,11 @@ func (a Admin) EnsureTopic(ctx context.Context, topic string, partitions int) er
 			return fmt.Errorf("create topic %q: %w", topic, err)
 		}
 		// Wait until the topic is visible with a leader per partition
-		// (creation is asynchronous on a real cluster).
+		// that answers for its log (creation is asynchronous on a real
+		// cluster: a leader in the metadata may still answer Not Leader
+		// For Partition for a moment).
 		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-			_, err := partitionsOf(ctx, c, topic)
+			_, err := endOffsets(ctx, c, topic)
 			if err == nil {
 				return nil
 			}
@@ -146,32 +148,37 @@ func EndOffsets(ctx context.Context, brokers []string, topic string) (map[int]in
 // It fails, wrapping ErrUnknownTopic, when the topic does not exist.
 func (a Admin) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
 	var out map[int]int64
-	err := a.withClient(ctx, func(ctx context.Context, c *kafka.Client) error {
-		ids, err := partitionsOf(ctx, c, topic)
-		if err != nil {
-			return err
-		}
-		reqs := make([]kafka.OffsetRequest, len(ids))
-		for i, id := range ids {
-			reqs[i] = kafka.LastOffsetOf(id)
-		}
-		res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-		if err != nil {
-			return fmt.Errorf("list end offsets of topic %q: %w", topic, err)
-		}
-		out = make(map[int]int64, len(ids))
-		for _, p := range res.Topics[topic] {
-			if p.Error != nil {
-				return fmt.Errorf("list end offsets of topic %q partition %d: %w", topic, p.Partition, p.Error)
-			}
-			out[p.Partition] = p.LastOffset
-		}
-		if len(out) != len(ids) {
-			return fmt.Errorf("list end offsets of topic %q: %d of %d partitions answered", topic, len(out), len(ids))
-		}
-		return nil
+	err := a.withClient(ctx, func(ctx context.Context, c *kafka.Client) (err error) {
+		out, err = endOffsets(ctx, c, topic)
+		return err
 	})
 	return out, err
+}
+
+func endOffsets(ctx context.Context, c *kafka.Client, topic string) (map[int]int64, error) {
+	ids, err := partitionsOf(ctx, c, topic)
+	if err != nil {
+		return nil, err
+	}
+	reqs := make([]kafka.OffsetRequest, len(ids))
+	for i, id := range ids {
+		reqs[i] = kafka.LastOffsetOf(id)
+	}
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of topic %q: %w", topic, err)
+	}
+	out := make(map[int]int64, len(ids))
+	for _, p := range res.Topics[topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("list end offsets of topic %q partition %d: %w", topic, p.Partition, p.Error)
+		}
+		out[p.Partition] = p.LastOffset
+	}
+	if len(out) != len(ids) {
+		return nil, fmt.Errorf("list end offsets of topic %q: %d of %d partitions answered", topic, len(out), len(ids))
+	}
+	return out, nil
 }
 
 // CommittedOffsets returns Admin{Brokers: brokers}.CommittedOffsets(ctx, group, topic).

@@ -56,6 +56,18 @@
 // The key is the record's Key, else its ID; the ID travels in the header
 // "sluice-id", which Source reads back into Record.ID.
 //
+// For bulk loads, Producer.ProduceAsync keeps many chunks on their way at
+// once (kafka-go's asynchronous Writer, still RequireAll), compressed on
+// the wire (ProducerConfig.Compression, lz4 by default), with at most
+// MaxInFlight records unanswered, and answers each chunk once every record
+// is acknowledged or refused: a batch the broker refuses for its content is
+// sent again one record at a time, so only the record at fault gets a
+// *RecordError (to be dead-lettered); a failure of the broker after
+// MaxAttempts is an error for the records it left unstored. The package
+// installs in kafka-go's codec table an lz4 codec that writes Kafka's
+// usual 64 KiB blocks rather than pierrec/lz4's 4 MiB ones, whose buffers
+// cost a bulk load 28 MB.
+//
 // Dead letters of topic T go to "T.dlq" with the record's key and value and
 // the headers "sluice-reason" (why it can never be written), "sluice-id"
 // (its idempotency key) and, for records consumed from Kafka,

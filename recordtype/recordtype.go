@@ -184,6 +184,54 @@ func (t *Type) Validate(value []byte) error {
 	return nil
 }
 
+// FieldTypes returns the JSON types the type's JSON Schema declares for
+// its top-level properties: for each property with a "type" keyword, its
+// names ("integer", "number", "boolean", "string", "null", "object",
+// "array"). It follows "$ref" and "allOf" (the first declaration of a
+// property wins). A bulk load converts CSV fields to these types before
+// validating. Nil without a schema.
+func (t *Type) FieldTypes() map[string][]string {
+	if t.schema == nil {
+		return nil
+	}
+	out := map[string][]string{}
+	seen := map[*jsonschema.Schema]bool{}
+	var walk func(s *jsonschema.Schema)
+	walk = func(s *jsonschema.Schema) {
+		if s == nil || seen[s] {
+			return
+		}
+		seen[s] = true
+		for name, p := range s.Properties {
+			if _, done := out[name]; !done {
+				if types := declaredTypes(p); len(types) > 0 {
+					out[name] = types
+				}
+			}
+		}
+		walk(s.Ref)
+		for _, sub := range s.AllOf {
+			walk(sub)
+		}
+	}
+	walk(t.schema)
+	return out
+}
+
+// declaredTypes returns the "type" names of s, following "$ref".
+func declaredTypes(s *jsonschema.Schema) []string {
+	for range 32 { // a chain of references, not a cycle
+		if s == nil {
+			return nil
+		}
+		if s.Types != nil && !s.Types.IsEmpty() {
+			return s.Types.ToStrings()
+		}
+		s = s.Ref
+	}
+	return nil
+}
+
 // schemaError says what a record violates, by JSON pointer into the record
 // ("(root)" for the record itself), without the schema's file location,
 // which a server must not reveal to its clients.

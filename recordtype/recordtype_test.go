@@ -27,7 +27,8 @@ func TestLoadTypesExample(t *testing.T) {
 	tests := []struct {
 		name, value, wantErr string
 	}{
-		{"valid", `{"id":"us1","time":"2026-01-01T00:00:00Z","mag":"4.5"}`, ""},
+		{"valid", `{"id":"us1","time":"2026-01-01T00:00:00Z","mag":4.5,"nst":null}`, ""},
+		{"a number as a string", `{"id":"us1","time":"t","mag":"4.5"}`, "/mag"},
 		{"missing id", `{"time":"t"}`, "id"},
 		{"wrong type", `{"id":1,"time":"t"}`, "id"},
 		{"not an object", `[1]`, "not a JSON object"},
@@ -48,6 +49,31 @@ func TestLoadTypesExample(t *testing.T) {
 			require.Equal(t, "us1", obj["id"])
 		})
 	}
+}
+
+// FieldTypes reads the schema's declared types, through $ref and allOf.
+func TestFieldTypes(t *testing.T) {
+	t.Parallel()
+	types, err := Load(filepath.Join("..", "examples", "types.yaml"))
+	require.NoError(t, err)
+	ft := types["earthquake"].FieldTypes()
+	require.Equal(t, []string{"null", "number"}, ft["mag"])
+	require.Equal(t, []string{"null", "integer"}, ft["nst"])
+	require.Equal(t, []string{"string"}, ft["id"])
+
+	dir := t.TempDir()
+	schema := `{"$defs": {"count": {"type": "integer"}},
+		"allOf": [{"properties": {"n": {"$ref": "#/$defs/count"}}}],
+		"properties": {"ok": {"type": "boolean"}, "any": {"minLength": 1}}}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "s.json"), []byte(schema), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "types.yaml"), []byte("types:\n  a:\n    topic: t\n    schema: s.json\n"), 0o600))
+	types, err = Load(filepath.Join(dir, "types.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"n": {"integer"}, "ok": {"boolean"}}, types["a"].FieldTypes())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "plain.yaml"), []byte("types:\n  b:\n    topic: t\n"), 0o600))
+	types, err = Load(filepath.Join(dir, "plain.yaml"))
+	require.NoError(t, err)
+	require.Nil(t, types["b"].FieldTypes(), "no schema")
 }
 
 func TestLoadTypesErrors(t *testing.T) {

@@ -3,11 +3,18 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"os"
+	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -16,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/recordtype"
 	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -23,28 +31,37 @@ import (
 func bulkLoadCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "bulk-load",
-		Usage:     "load a CSV or NDJSON file through Kafka into the sink, at the pool's rate, and report",
-		ArgsUsage: "FILE",
-		Description: "Checks first that the sink answers and that the ID field and the sink key's fields are\n" +
-			"in the file. Produces every record of FILE to the topic (rows that cannot be produced go\n" +
-			"to <topic>.dlq with file:line), drains it with --workers in-process workers in the\n" +
-			"topic's consumer group (running worker pods help) while it is produced, and finishes\n" +
-			"when the group has committed every produced offset. A rerun of the same command after\n" +
-			"a crash produces only what was not produced before. With --embedded, Kafka, Redis and\n" +
-			"the sink emulator run in-process unless --brokers, --redis-addr or --sink are given.\n\n" +
+		Usage:     "load CSV or NDJSON files through Kafka into the sink, at the pool's rate, and report",
+		ArgsUsage: "FILE|GLOB|DIR|- ...",
+		Description: "Reads every input as a stream (files, quoted globs, the .csv/.ndjson/.jsonl files of a\n" +
+			"directory, or - for standard input; gzip and zstd by extension or --compression), one load\n" +
+			"with one summary. Checks first that the sink answers and that the ID field and the sink\n" +
+			"key's fields are in every input. Produces every record to the topic (rows that cannot be\n" +
+			"produced go to <topic>.dlq with file:line), drains it with --workers in-process workers\n" +
+			"in the topic's consumer group (running worker pods help) from the first record\n" +
+			"acknowledged on, and finishes when the group has committed every produced offset.\n" +
+			"Memory stays bounded whatever the inputs' size (except --order interleave). A rerun of\n" +
+			"the same command after a crash produces only what was not produced before (not for\n" +
+			"standard input, which cannot be read again). With a --type whose JSON Schema declares\n" +
+			"column types, CSV fields are converted to them. With --embedded, Kafka, Redis and the\n" +
+			"sink emulator run in-process unless --brokers, --redis-addr or --sink are given; the\n" +
+			"in-process broker keeps every record in memory, so inputs over --embedded-max-input\n" +
+			"are refused with the command to run against real services instead.\n\n" +
 			"Exit codes: 0 every record delivered; 1 the sink stayed unavailable for --sink-timeout,\n" +
 			"or no worker drained the topic, or a service failed (the load resumes on a rerun);\n" +
 			"2 bad usage, or a field the file does not have; 3 records were dead-lettered, or more\n" +
 			"than --max-dead-letters (the load stopped).",
-		Flags: slices.Concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), []cli.Flag{
+		Flags: slices.Concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), inputFlags(), []cli.Flag{
 			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods); 0: only produce, and report what worker pods of the group drain"),
-			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what no flag gives, a record type's sink included (nothing to install)"),
-			stringFlag("format", "", "input format: csv or ndjson (default: from the extension)"),
-			stringFlag("order", "file", "produce order: file, or interleave (consecutive records from different key ranges of the sink key, so a range-partitioned sink is not written at one end)"),
+			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what no flag gives, a record type's sink included (nothing to install; for demos and inputs of a few hundred MiB at most)"),
+			intFlag("embedded-max-input", embeddedMaxInputMiB, "with --embedded, refuse inputs over this many `MiB` (compressed files count 4 times their size), since the in-process broker keeps every record in memory (about 10 times the CSV size); warn over a quarter of it; 0: no limit"),
+			stringFlag("order", "file", "produce order: file, or interleave (consecutive records from different key ranges of the sink key, so a range-partitioned sink is not written at one end; reads the whole input into memory)"),
 			durationFlag("sink-timeout", 5*time.Minute, "give up (exit 1, nothing dead-lettered, the rest left for a rerun) when the sink stays unavailable this long, or, with --workers 0, when no worker drains the topic"),
 			stringFlag("max-dead-letters", bulkload.DefaultDeadLetterLimit.String(), "stop producing (exit 3) once more records than this are dead-lettered: a count, a share of the rows read (at least 100), or none"),
 			stringFlag("dead-letter-file", "", "also write every dead letter to this NDJSON `FILE` (default with --embedded: <topic>.dlq.ndjson, which outlives the in-process broker)"),
-			boolFlag("no-resume", "produce the whole file again even when an earlier run of the same load got part of the way"),
+			memoryLimitFlag(),
+			boolFlag("no-resume", "produce the whole input again even when an earlier run of the same load got part of the way (and skip reading the files once more for the load's identity)"),
+			kafkaCompressionFlag(),
 			topicPartitionsFlag(),
 			stringFlag("summary-json", "", "write the summary as JSON to this `FILE`"),
 			metricsFlag(),
@@ -55,8 +72,8 @@ func bulkLoadCommand() *cli.Command {
 }
 
 func bulkLoad(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return usageError(errors.New("bulk-load needs exactly one FILE argument"))
+	if c.NArg() == 0 {
+		return usageError(errors.New("bulk-load needs at least one input: FILE, a quoted GLOB, a DIR, or - for standard input"))
 	}
 	s, err := readSettings(c)
 	if err != nil {
@@ -70,14 +87,20 @@ func bulkLoad(c *cli.Context) error {
 	if err != nil {
 		return usageError(fmt.Errorf("--max-dead-letters: %w", err))
 	}
-	file, err := bulkload.OpenFile(c.Args().First(), c.String("format"), s.worker.IDField)
+	in, err := openInput(c, s.worker.IDField, s.rtype)
 	if err != nil {
 		return usageError(err)
 	}
-	if err := bulkload.CheckFields(file.Fields(), wantedFields(s)); err != nil {
+	defer in.Close()
+	if err := in.CheckFields(wantedFields(s)); err != nil {
 		return usageError(err)
 	}
-	var rows bulkload.Rows = file
+	if c.Bool("embedded") {
+		if err := checkEmbeddedSize(c, in, s.log); err != nil {
+			return err
+		}
+	}
+	var rows bulkload.Rows = in
 	switch order := c.String("order"); order {
 	case "file":
 	case "interleave":
@@ -85,7 +108,7 @@ func bulkLoad(c *cli.Context) error {
 		if s.sinkKey != nil {
 			keyOf = func(rec ingest.Record) (string, error) { return s.sinkKey.Key(rec.Value) }
 		}
-		if rows, err = bulkload.Interleave(file, keyOf, 0); err != nil {
+		if rows, err = bulkload.Interleave(in, keyOf, 0); err != nil {
 			return usageError(err)
 		}
 	default:
@@ -93,6 +116,7 @@ func bulkLoad(c *cli.Context) error {
 	}
 	ctx := c.Context
 	deadLetterPath := c.String("dead-letter-file")
+	inProcess := false // a service keeps the load's records in this process's memory
 	if c.Bool("embedded") {
 		emb, err := startEmbedded(ctx, c, &s)
 		if err != nil {
@@ -100,7 +124,9 @@ func bulkLoad(c *cli.Context) error {
 		}
 		defer emb.close()
 		deadLetterPath = cmp.Or(deadLetterPath, s.worker.Topic+".dlq.ndjson")
+		inProcess = !c.IsSet("brokers") || !c.IsSet("sink")
 	}
+	setMemoryLimit(c, inProcess, s.log)
 	brokers, conn := s.worker.Brokers, s.worker.Kafka
 	if err := checkKafka(ctx, brokers, conn); err != nil {
 		return err
@@ -128,9 +154,9 @@ func bulkLoad(c *cli.Context) error {
 		return err
 	}
 	statsSink, _ := target.(ingest.StatsSink)
-	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, RoundRobin: true, Logger: s.log})
+	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, RoundRobin: true, Compression: c.String("kafka-compression"), Logger: s.log})
 	if err != nil {
-		return err
+		return usageError(fmt.Errorf("--kafka-compression: %w", err))
 	}
 	defer producer.Close()
 	kafkaDLQ, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers, Conn: conn, Logger: s.log})
@@ -145,7 +171,10 @@ func bulkLoad(c *cli.Context) error {
 		dlq = bulkload.Tee{f, kafkaDLQ}
 	}
 
-	loadID := bulkload.LoadID(s.worker.Topic, file.Digest())
+	loadID, workerPrefix, err := loadIdentity(c, in, s)
+	if err != nil {
+		return err
+	}
 	reg, col, err := newMetrics(c)
 	if err != nil {
 		return err
@@ -166,7 +195,7 @@ func bulkLoad(c *cli.Context) error {
 		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Counters, cfg.Metrics = clients, target, dlq, counters, col
 		// The same load's workers keep their IDs across runs, so a rerun
 		// after a crash takes over its own leases at once.
-		cfg.WorkerID = fmt.Sprintf("bulk-%s-%d", loadID[:8], i)
+		cfg.WorkerID = fmt.Sprintf("bulk-%s-%d", workerPrefix, i)
 		cfg.LeaseAhead, cfg.Start = true, start
 		cfg.StallTimeout = cmp.Or(cfg.StallTimeout, c.Duration("sink-timeout"))
 		w, err := worker.New(cfg)
@@ -198,7 +227,7 @@ func bulkLoad(c *cli.Context) error {
 		Sink:  statsSink,
 		Start: start,
 	}
-	if !c.Bool("no-resume") {
+	if loadID != "" {
 		ports.Progress = bulkload.RedisProgress{Client: clients[0]}
 	}
 	for _, w := range built {
@@ -285,21 +314,197 @@ func preflightSink(ctx context.Context, target ingest.Sink, s settings) error {
 	return nil
 }
 
+// loadIdentity returns the load's identity (topic and the inputs'
+// content, for resuming; "" with --no-resume or for standard input) and
+// the prefix of its workers' IDs (the identity's, so a rerun takes over
+// its own leases at once; random without one).
+func loadIdentity(c *cli.Context, in *bulkload.Input, s settings) (loadID, workerPrefix string, err error) {
+	if c.Bool("no-resume") {
+		return "", randomHex(), nil
+	}
+	digest, err := in.Digest()
+	if errors.Is(err, bulkload.ErrNoIdentity) {
+		s.log.Warn("the input is read from standard input: a rerun of this load cannot resume, it produces every row again (the sink stores each ID once)")
+		return "", randomHex(), nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	id := bulkload.LoadID(s.worker.Topic, digest)
+	return id, id[:8], nil
+}
+
+func randomHex() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// embeddedMaxInputMiB is --embedded-max-input's default: kfake holds 1.8
+// GiB for 1,000,000 USGS rows (190 MB of CSV), so 256 MiB of input is
+// about 2.5 GiB of memory.
+const embeddedMaxInputMiB = 256
+
+// checkEmbeddedSize refuses, with --embedded, an input over
+// --embedded-max-input (estimated uncompressed), naming the command that
+// loads it through real services, and warns over a quarter of the limit
+// or when the size is unknown (standard input).
+func checkEmbeddedSize(c *cli.Context, in *bulkload.Input, log *slog.Logger) error {
+	limitMiB := int64(c.Int("embedded-max-input"))
+	if limitMiB <= 0 || c.IsSet("brokers") {
+		return nil // no limit, or the broker is not in-process
+	}
+	est, known := in.EstimatedBytes()
+	if !known {
+		log.Warn("--embedded: the size of standard input is unknown; the in-process Kafka broker keeps every record in memory (about 10 times the CSV size); for large inputs use real services",
+			"instead", realServicesCommand(c))
+		return nil
+	}
+	limit, mib := limitMiB<<20, float64(est)/(1<<20)
+	if est > limit {
+		return usageError(fmt.Errorf("--embedded: the input is about %.1f MiB (uncompressed estimate), over --embedded-max-input %d MiB: "+
+			"the in-process Kafka broker keeps every record in memory (about 10 times the CSV size). Load it through real services instead:\n  %s",
+			mib, limitMiB, realServicesCommand(c)))
+	}
+	if est > limit/4 {
+		log.Warn("--embedded: a large input for the in-process Kafka broker, which keeps every record in memory (about 10 times the CSV size)",
+			"input_mib", math.Round(mib*10)/10, "limit_mib", limitMiB, "instead", realServicesCommand(c))
+	}
+	return nil
+}
+
+// realServicesCommand is the command line of this bulk-load without
+// --embedded, against the Kafka and Redis that scripts/kafka.sh and
+// scripts/redis.sh start (and a sink emulator of its own, when the
+// embedded one stood in for the sink).
+func realServicesCommand(c *cli.Context) string {
+	var b strings.Builder
+	b.WriteString("scripts/kafka.sh start; scripts/redis.sh start; ")
+	if !c.IsSet("sink") {
+		fmt.Fprintf(&b, "sluice sink-sim --capacity %s & ", strconv.FormatFloat(c.Float64("capacity"), 'f', -1, 64))
+	}
+	b.WriteString("sluice bulk-load")
+	names := c.FlagNames()
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
+		if name == "embedded" || name == "embedded-max-input" {
+			continue
+		}
+		switch v := c.Value(name).(type) {
+		case bool:
+			if v {
+				b.WriteString(" --" + name)
+			}
+		default:
+			fmt.Fprintf(&b, " --%s %s", name, shellQuote(fmt.Sprint(v)))
+		}
+	}
+	if !c.IsSet("brokers") {
+		b.WriteString(" --brokers 127.0.0.1:19092")
+	}
+	if !c.IsSet("redis-addr") {
+		b.WriteString(" --redis-addr 127.0.0.1:16379")
+	}
+	if !c.IsSet("sink") {
+		b.WriteString(" --sink http://127.0.0.1:8088")
+	}
+	for _, arg := range c.Args().Slice() {
+		b.WriteString(" " + shellQuote(arg))
+	}
+	return b.String()
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == '.' || r == '/' || r == ':' || r == '=' || r == ',' || r == '@' || r == '%' ||
+			(r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// inputFlags are the flags of the commands that read input files.
+func inputFlags() []cli.Flag {
+	return inCategory(catInput,
+		stringFlag("format", "", "input format: csv or ndjson (default: each file's from its extension, .csv, .ndjson or .jsonl; standard input needs it)"),
+		stringFlag("compression", bulkload.CompressionAuto, "input compression: auto (by the extension, .gz, .zst or .zstd, else by the first bytes), none, gzip or zstd"),
+		stringFlag("csv-types", "string", "what CSV fields become where no --type schema declares their type: string, or auto (JSON number literals become numbers, true and false booleans); empty fields are null"),
+	)
+}
+
+func memoryLimitFlag() cli.Flag {
+	return intFlag("memory-limit", defaultMemoryLimitMiB, "soft limit of the Go runtime's memory in `MiB`: the garbage collector works harder near it, so the process stays within about this plus its code (the GOMEMLIMIT variable, when set, wins); not applied by default while an --embedded broker or sink keeps the records in memory; 0: none")
+}
+
+// defaultMemoryLimitMiB is --memory-limit's default: what a load's
+// bounded buffers need (the records on their way to Kafka and to the sink,
+// the IDs remembered) with room for the garbage collector.
+const defaultMemoryLimitMiB = 100
+
+// setMemoryLimit applies --memory-limit, unless GOMEMLIMIT is set or,
+// without the flag given, inProcess says a service in this process keeps
+// every record.
+func setMemoryLimit(c *cli.Context, inProcess bool, log *slog.Logger) {
+	mib := c.Int("memory-limit")
+	if mib <= 0 || os.Getenv("GOMEMLIMIT") != "" || (inProcess && !c.IsSet("memory-limit")) {
+		return
+	}
+	debug.SetMemoryLimit(int64(mib) << 20)
+	// Under the limit, collect when the heap has tripled rather than
+	// doubled (GOGC=200): a load's live heap is small and steady, and
+	// the limit bounds the total anyway.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(200)
+	}
+	log.Debug("memory limit set", "mib", mib)
+}
+
+func kafkaCompressionFlag() cli.Flag {
+	return stringFlag("kafka-compression", "lz4", "compression of the record batches sent to Kafka: none, gzip, snappy, lz4 or zstd")
+}
+
+// openInput opens the command's input arguments as its flags say, with
+// the record type's column types and schema (t may be nil).
+func openInput(c *cli.Context, idField string, t *recordtype.Type) (*bulkload.Input, error) {
+	auto, err := bulkload.ParseCSVTypes(c.String("csv-types"))
+	if err != nil {
+		return nil, fmt.Errorf("--csv-types: %w", err)
+	}
+	cfg := bulkload.InputConfig{
+		Format:      c.String("format"),
+		Compression: c.String("compression"),
+		IDField:     idField,
+		CSV:         bulkload.CSVTypes{Auto: auto},
+		Stdin:       c.App.Reader,
+	}
+	if t != nil {
+		cfg.CSV.Columns = t.FieldTypes()
+		cfg.Validate = t.Validate // a row its type refuses goes to the DLQ with file:line
+	}
+	return bulkload.Open(c.Args().Slice(), cfg)
+}
+
 func produceCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "produce",
-		Usage:     "produce a CSV or NDJSON file's records to a topic (no draining)",
-		ArgsUsage: "FILE",
+		Usage:     "produce CSV or NDJSON files' records to a topic (no draining)",
+		ArgsUsage: "FILE|GLOB|DIR|- ...",
+		Description: "Reads the inputs as streams (as bulk-load does: files, quoted globs, directories, - for\n" +
+			"standard input, gzip or zstd), keeps many batches on their way to Kafka at once, and counts\n" +
+			"a record produced once every in-sync replica has it. Rows that cannot be produced go to\n" +
+			"<topic>.dlq with file:line.",
 		Flags: slices.Concat(kafkaFlags(), []cli.Flag{
 			stringFlag("topic", "records", "Kafka `topic`"),
 			stringFlag("id-field", "", "JSON field or CSV column holding the record ID"),
-			stringFlag("format", "", "csv or ndjson (default: from the extension)"),
 			topicPartitionsFlag(),
-		}, typeFlags(), logFlags()),
+			kafkaCompressionFlag(),
+			memoryLimitFlag(),
+		}, inputFlags(), typeFlags(), logFlags()),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usageError(errors.New("produce needs exactly one FILE argument"))
+			if c.NArg() == 0 {
+				return usageError(errors.New("produce needs at least one input: FILE, a quoted GLOB, a DIR, or - for standard input"))
 			}
 			t, err := oneType(c)
 			if err != nil {
@@ -314,12 +519,14 @@ func produceCommand() *cli.Command {
 			if err != nil {
 				return usageError(err)
 			}
-			file, err := bulkload.OpenFile(c.Args().First(), c.String("format"), f.String("id-field"))
+			in, err := openInput(c, f.String("id-field"), t)
 			if err != nil {
 				return usageError(err)
 			}
-			if t != nil {
-				file.Validate = t.Validate // a row its type refuses goes to the DLQ with file:line
+			defer in.Close()
+			setMemoryLimit(c, false, log)
+			if err := in.CheckFields(nil); err != nil {
+				return usageError(err)
 			}
 			if err := checkKafka(c.Context, brokers, conn); err != nil {
 				return err
@@ -328,9 +535,9 @@ func produceCommand() *cli.Command {
 			if err := ensureTopics(c.Context, queue.Admin{Brokers: brokers, Conn: conn}, topic, c.Int("topic-partitions")); err != nil {
 				return err
 			}
-			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, Logger: log})
+			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, Compression: c.String("kafka-compression"), Logger: log})
 			if err != nil {
-				return err
+				return usageError(fmt.Errorf("--kafka-compression: %w", err))
 			}
 			defer producer.Close()
 			dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers, Conn: conn, Logger: log})
@@ -338,12 +545,17 @@ func produceCommand() *cli.Command {
 				return err
 			}
 			defer dlq.Close()
-			p, err := bulkload.Produce(c.Context, file, producer, dlq, bulkload.ProduceConfig{Topic: topic, IDField: f.String("id-field"), Logger: log})
+			p, err := bulkload.Produce(c.Context, in, producer, dlq, bulkload.ProduceConfig{Topic: topic, IDField: f.String("id-field"), Logger: log})
 			fmt.Fprintf(c.App.Writer, "read %d rows: produced %d records to %s, %d rows to %s.dlq", p.Read, p.Produced, topic, p.DeadLettered, topic)
 			if p.DuplicateIDs > 0 {
 				fmt.Fprintf(c.App.Writer, "; %d rows repeat an earlier row's ID (e.g. %v)", p.DuplicateIDs, p.DuplicateIDExamples)
 			}
-			fmt.Fprintln(c.App.Writer)
+			fmt.Fprintf(c.App.Writer, "; %.2f s, %.0f rows/s\n", p.Elapsed.Seconds(), float64(p.Read)/max(p.Elapsed.Seconds(), 1e-9))
+			if len(p.Files) > 1 {
+				for _, fc := range p.Files {
+					fmt.Fprintf(c.App.Writer, "  %s: %d rows, %d produced, %d dead-lettered\n", fc.Name, fc.Rows, fc.Produced, fc.DeadLettered)
+				}
+			}
 			return err
 		},
 	}

@@ -41,16 +41,17 @@ func ndjson(t *testing.T, n int, value func(i int) string) string {
 	return path
 }
 
-func TestBulkLoadOfARecordTypeValidatesInTheWorker(t *testing.T) {
+func TestBulkLoadOfARecordTypeValidatesEachRow(t *testing.T) {
 	sim, url := startSim(t, sinksim.Config{Capacity: 5000})
-	// A row without the "time" the schema requires: the CSV reader accepts
-	// it, the worker's schema check dead-letters it, its neighbours load.
+	// A row without the "time" the schema requires: the type's schema
+	// check dead-letters it with its file:line before it is produced, its
+	// neighbours load.
 	path := sample(t, 200, strings.Repeat(",", 11)+"nc-no-time"+strings.Repeat(",", 10)+"\n")
 	summary := filepath.Join(t.TempDir(), "summary.json")
 	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--sink", url, "--types", "../../examples/types.yaml", "--type", "earthquake",
 		"--capacity", "5000", "--summary-json", summary, path)
 	require.Equal(t, exitDeadLetters, code, stderr)
-	require.Contains(t, stderr, "record type earthquake")
+	require.Contains(t, stderr, "sample.csv:202: schema: /time: got null, want string")
 	s := readSummary(t, summary)
 	require.Equal(t, int64(200), s.RecordsDelivered)
 	require.Equal(t, int64(1), s.RecordsDeadLettered)

@@ -50,6 +50,7 @@ const (
 	catPool     = "Capacity pool:"
 	catPipeline = "Pipeline:"
 	catLog      = "Logging:"
+	catInput    = "Input:"
 	catSim      = "Embedded sink emulator (bulk-load --embedded):"
 )
 

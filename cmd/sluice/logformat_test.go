@@ -69,7 +69,7 @@ func TestLogFormatJSONHoldsForRedisFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr lockedBuffer
 			args := append([]string{"sluice", "bulk-load", "--embedded", "--log-format", "json", "--capacity", "100", "--id-field", "id"}, tc.args...)
-			code := run(append(args, sample(t, 5)), &stdout, &stderr)
+			code := run(append(args, sample(t, 5)), strings.NewReader(""), &stdout, &stderr)
 			require.Equal(t, exitFailure, code, stderr.String())
 			lines := jsonLines(t, stderr.String())
 			var fromRedis, final bool
@@ -96,7 +96,7 @@ func TestLogFormatJSONHoldsForRedisFailures(t *testing.T) {
 func TestLogFormatTextKeepsThePlainError(t *testing.T) {
 	var stdout, stderr lockedBuffer
 	addr := closedAddr(t)
-	code := run([]string{"sluice", "pool", "status", "--redis-addr", addr}, &stdout, &stderr)
+	code := run([]string{"sluice", "pool", "status", "--redis-addr", addr}, strings.NewReader(""), &stdout, &stderr)
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, stderr.String(), "\nsluice: redis redis://"+addr+"/0: ")
 	require.Regexp(t, `(?m)^time=\S+ level=WARN msg="redis client" detail=".*failed to dial`, stderr.String(), "go-redis's lines in the text format")

@@ -26,12 +26,13 @@ const (
 	exitBelowTarget = 4 // stress: the partition's ceiling is below --target
 )
 
-func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	app := newApp(stdout, stderr)
+	app.Reader = stdin
 	err := app.RunContext(ctx, args)
 	if code, ok := app.Metadata[metaExit].(int); ok {
 		return code // an unknown command, already reported

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,13 +33,19 @@ func sample(t *testing.T, n int, extra ...string) string {
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCLIWithStdin(t, strings.NewReader(""), args...)
+}
+
+// runCLIWithStdin runs the CLI with stdin as its standard input.
+func runCLIWithStdin(t *testing.T, stdin io.Reader, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	if len(args) > 0 && args[0] == "bulk-load" && !slices.Contains(args, "--dead-letter-file") {
 		// --embedded writes dead letters to <topic>.dlq.ndjson in the
 		// working directory; a test keeps its own.
 		args = slices.Insert(args, 1, "--dead-letter-file", filepath.Join(t.TempDir(), "dlq.ndjson"))
 	}
 	var out, errOut bytes.Buffer
-	code = run(append([]string{"sluice"}, args...), &out, &errOut)
+	code = run(append([]string{"sluice"}, args...), stdin, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -113,7 +120,12 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		{[]string{"bulk-load", "--embedded", path}, "--capacity"},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--unit", "apples", path}, `--unit: unknown unit "apples"`},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--partitions", "0", path}, "--partitions"},
-		{[]string{"bulk-load", "--embedded", "--capacity", "10"}, "exactly one FILE"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10"}, "at least one input"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "-"}, "standard input (-): cannot tell its format; use --format csv or ndjson"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--compression", "lzma", path}, "--compression: want auto, none, gzip or zstd"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--csv-types", "typed", path}, "--csv-types: want auto or string"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--kafka-compression", "lzma", path}, `--kafka-compression: queue: invalid configuration: unknown compression "lzma"`},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", filepath.Join(filepath.Dir(path), "*.nope.csv")}, "the pattern matches no file"},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "nope", path}, `--id-field "nope" is not a column`},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "missing.csv"}, "missing.csv"},
 		{[]string{"worker", "--capacity", "10", "--sink", "ftp://x"}, "--sink"},
@@ -137,6 +149,19 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		require.Equal(t, exitUsage, code, "%v: %s", tc.args, stderr)
 		require.Contains(t, stderr, tc.want, "%v", tc.args)
 	}
+}
+
+// --embedded refuses an input its in-process broker cannot hold, with the
+// command that loads it through real services instead (exit 2).
+func TestEmbeddedRefusesLargeInputs(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--capacity", "10", "--id-field", "id", "--dead-letter-file", "dlq.ndjson",
+		"--embedded-max-input", "1", "../../testdata/usgs-earthquakes-2025-05.csv")
+	require.Equal(t, exitUsage, code, stderr)
+	require.Equal(t, "sluice: --embedded: the input is about 1.8 MiB (uncompressed estimate), over --embedded-max-input 1 MiB: "+
+		"the in-process Kafka broker keeps every record in memory (about 10 times the CSV size). Load it through real services instead:\n"+
+		"  scripts/kafka.sh start; scripts/redis.sh start; sluice sink-sim --capacity 10 & sluice bulk-load --capacity 10 --dead-letter-file dlq.ndjson "+
+		"--id-field id --brokers 127.0.0.1:19092 --redis-addr 127.0.0.1:16379 --sink http://127.0.0.1:8088 ../../testdata/usgs-earthquakes-2025-05.csv\n", stderr)
 }
 
 func TestVersion(t *testing.T) {

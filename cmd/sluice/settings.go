@@ -30,6 +30,7 @@ type settings struct {
 	sinkOpts sink.OpenConfig
 	worker   worker.Config
 	typeName string              // the --type, "" without
+	rtype    *recordtype.Type    // the --type; nil without
 	sinkKey  *recordtype.SinkKey // the sink key rule; nil without one
 }
 
@@ -156,7 +157,7 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	s.worker.Group = cmp.Or(s.worker.Group, worker.DefaultGroup(s.worker.Topic))
 	if t != nil {
 		s.worker.Processor = t.Processor()
-		s.typeName = t.Name
+		s.typeName, s.rtype = t.Name, t
 	}
 	if template := c.String("sink-key"); template != "" {
 		sk, err := recordtype.NewSinkKey(template, c.String("sink-key-strategy"))

@@ -89,6 +89,54 @@ func TestBulkLoadIntoPostgres(t *testing.T) {
 	}
 }
 
+// A typed bulk load: the USGS file with the earthquake type of
+// examples/types.yaml, whose JSON Schema declares the numeric columns, into
+// a real PostgreSQL: every row's mag is a jsonb number (not the CSV's
+// string), an empty field is null, and a row whose mag is not a number is
+// dead-lettered as a schema error naming the column and its file:line.
+func TestTypedBulkLoadIntoPostgres(t *testing.T) {
+	base := testPostgresURL(t)
+	table := fmt.Sprintf("typed_quakes_%d", time.Now().UnixNano())
+	conn, err := pgx.Connect(t.Context(), base)
+	require.NoError(t, err)
+	defer conn.Close(t.Context())
+	data, err := os.ReadFile("../../testdata/usgs-earthquakes-2025-05.csv")
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	// A copy of the first row with its own ID and a mag of "big".
+	bad := strings.Replace(strings.Replace(lines[1], ",nn00898537,", ",sluice-big-mag,", 1), ",10.8,0,ml,", ",10.8,big,ml,", 1)
+	require.NotEqual(t, lines[1], bad)
+	path := filepath.Join(t.TempDir(), "usgs-typed.csv")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(append(lines, bad), "\n")+"\n"), 0o600))
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	dlq := filepath.Join(t.TempDir(), "dlq.ndjson")
+
+	code, _, stderr := runCLI(t, "bulk-load", "--embedded", "--sink", base+"?table="+table,
+		"--types", "../../examples/types.yaml", "--type", "earthquake", "--pool", table, "--capacity", "100000", "--batch-size", "500",
+		"--dead-letter-file", dlq, "--summary-json", summary, path)
+	require.Equal(t, exitDeadLetters, code, "stderr:\n%s", stderr)
+	s := readSummary(t, summary)
+	require.Equal(t, int64(9367), s.RecordsTotal)
+	require.Equal(t, int64(9366), s.RecordsDelivered)
+	require.Equal(t, int64(1), s.RecordsDeadLettered)
+	letters, err := os.ReadFile(dlq)
+	require.NoError(t, err)
+	require.Contains(t, string(letters), path+`:9368: schema: column \"mag\": \"big\" is not a number`)
+
+	var rows, numbers, nullNst, stringID int64
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*),
+		count(*) FILTER (WHERE jsonb_typeof(value->'mag') = 'number'),
+		count(*) FILTER (WHERE jsonb_typeof(value->'nst') = 'null'),
+		count(*) FILTER (WHERE jsonb_typeof(value->'id') = 'string') FROM `+table).Scan(&rows, &numbers, &nullNst, &stringID))
+	require.Equal(t, int64(9366), rows)
+	require.Equal(t, rows, numbers, "jsonb_typeof(value->'mag') = 'number' for every row")
+	require.Equal(t, int64(1485), nullNst, "the empty nst fields are null")
+	require.Equal(t, rows, stringID)
+	var mag float64
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT (value->'mag')::float8 FROM `+table+` WHERE value->>'id' = 'ak0257659x6e'`).Scan(&mag))
+	require.Equal(t, 0.8, mag)
+}
+
 // The USGS file into Azurite's Table service through embedded Kafka and
 // Redis: 9,366 entities once, the oversized row dead-lettered, and a second
 // bulk-load of the same file adds none.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package bulkload
+
+const raceEnabled = false
