@@ -19,7 +19,8 @@ import (
 // Requests take 1–3 ms each way on a quiet path, 1–15 ms on a jittery one,
 // and the first 30 pay 30 ms more (cold connections). At the sink no
 // sliding second holds more than the capacity, and no 200 ms after the
-// first second more than 1.1 slices of the pool; the load costs only what
+// first second more than 1.1 slices of the pool (1.15 on the jittery path);
+// the load costs only what
 // the latency requires (each send stays in the pacer's account until a
 // second after its answer).
 func TestSinkSideSecondHoldsWithSeveralWorkers(t *testing.T) {
@@ -28,9 +29,12 @@ func TestSinkSideSecondHoldsWithSeveralWorkers(t *testing.T) {
 		name        string
 		jitter      time.Duration
 		utilization float64
+		slices200ms float64 // the busiest 200 ms after the first second, in slices of the pool
 	}{
-		{"quiet path", 2 * time.Millisecond, 0.95},
-		{"jittery path", 14 * time.Millisecond, 0.92},
+		{"quiet path", 2 * time.Millisecond, 0.95, 1.1},
+		// Up to 14 ms of jitter each way moves a send of each worker across
+		// a 200 ms boundary now and then.
+		{"jittery path", 14 * time.Millisecond, 0.92, 1.15},
 	} {
 		for _, workers := range []int{2, 3} {
 			t.Run(fmt.Sprintf("%s, %d workers", tc.name, workers), func(t *testing.T) {
@@ -63,7 +67,7 @@ func TestSinkSideSecondHoldsWithSeveralWorkers(t *testing.T) {
 						most, capacity, most200, utilization)
 					t.Log("units per 200 ms:", w.series(200*time.Millisecond))
 					require.LessOrEqual(t, most, int64(capacity), "the sink's sliding second")
-					require.LessOrEqual(t, most200, int64(1.1*capacity*0.2), "a slice's budget flows over the slice")
+					require.LessOrEqual(t, float64(most200), tc.slices200ms*capacity*0.2, "a slice's budget flows over the slice")
 					require.GreaterOrEqual(t, utilization, tc.utilization)
 				})
 			})
