@@ -439,6 +439,38 @@ func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 	})
 }
 
+// A record waiting to be retried alone and a batch kept whole after a
+// failure of its request are both due when the probe that ends the pause
+// is taken: the probe is one of them, and the other is sent after it, not
+// forgotten (its records would never be finished, and the queue would never
+// commit past them).
+func TestPipelineProbeLeavesOtherDueRetriesQueued(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, ingest.PipelineConfig{IDField: "id", MaxBatch: 10}, 1000, records(300)...)
+		r.sink.answer = func(id string, attempt int) ingest.Result {
+			if id == "r145" && attempt == 1 {
+				return ingest.Result{Outcome: ingest.Retryable, Throttled: true, Reason: "HTTP 429"}
+			}
+			return ingest.Result{Outcome: ingest.Delivered}
+		}
+		// r145 is throttled in the 15th request (160 ms) and comes due
+		// 80–120 ms later, after the second slice opened; the 30th request
+		// (310 ms) fails as a whole and asks for 150 ms, and the rest of
+		// its slice waits for the pause to end.
+		r.sink.fail = func(time.Duration) error {
+			if r.sink.requests == 30 {
+				return &ingest.SinkError{RetryAfter: 150 * time.Millisecond, Err: errors.New("sink: HTTP 503: busy")}
+			}
+			return nil
+		}
+		_, err := r.run(t, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, r.sink.stored, 300, "every record stored")
+		require.Equal(t, 300, r.src.doneCount(), "every record finished")
+	})
+}
+
 // Per-record results: a throttled record never uses up attempts; a record
 // answered retryable (alone, among delivered ones) gives up after the
 // policy's attempts; a refused one is dead-lettered at once; their

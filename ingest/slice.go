@@ -140,11 +140,18 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool) (un
 		if u == nil {
 			break
 		}
-		spent += u.cost
 		if !u.keep {
+			spent += u.cost
 			fresh = append(fresh, u.items...)
 			continue
 		}
+		if probe && len(fresh) > 0 {
+			// The probe is one request: the records already taken make
+			// it, and the batch waits for the next slice.
+			p.pushRetry(u)
+			break
+		}
+		spent += u.cost
 		units = append(units, u)
 		if probe {
 			return units, head, spent
