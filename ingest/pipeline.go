@@ -135,6 +135,7 @@ type Pipeline struct {
 	retries unitHeap // batches and records waiting out a backoff
 
 	breaker      breaker
+	ranges       keyRanges // throttle feedback per key range
 	letters      letterQueue
 	fetchFailing atomic.Int64 // unix ns since Fetch has been failing; 0 when it is not
 
@@ -180,6 +181,7 @@ func NewPipeline(cfg PipelineConfig, p Ports) (*Pipeline, error) {
 		letterLog:    rate.Sometimes{First: 10, Interval: 5 * time.Second},
 	}
 	pl.breaker.init(p.Retry, cfg.Logger)
+	pl.ranges.init(cfg.Slice, time.Now(), cfg.Counters, cfg.Logger)
 	pl.letters.init()
 	return pl, nil
 }
