@@ -345,7 +345,6 @@ func (k *keyRanges) fill(now time.Time, r *hotRange) float64 {
 // it accepted nothing. k.mu is held.
 func (k *keyRanges) cut(now time.Time, r *hotRange) {
 	k.c.rangeCuts.Add(1)
-	defer k.debugEvent(now, "cut", r)
 	prev := r.peak
 	r.refill(now)
 	// The ceiling is what it accepted in the last second, or the rate it
@@ -661,7 +660,6 @@ func (k *keyRanges) take(now time.Time, room int64, out []*item, tail bool) ([]*
 	}
 	k.countHeld()
 	k.on.Store(len(k.hot) > 0 || len(k.released) > 0)
-	k.debugDump(now) // DEBUG
 	return out, spent
 }
 
