@@ -304,7 +304,7 @@ func (k *keyRanges) cover(now time.Time, key string, low, high bound) *hotRange 
 	accepted := k.fill(now, r)
 	r.peak = accepted
 	r.rate = max(rangeBackoff*accepted, k.minRate())
-	r.changed, r.probeAt, r.filled = now, now.Add(r.hold), now
+	r.changed, r.throttled, r.probeAt, r.filled = now, now, now.Add(r.hold), now
 	k.hot = slices.Insert(k.hot, i+1, r)
 	k.c.hotRanges.Add(1)
 	k.log.Debug("hot key range found", "low", r.low.key, "high", r.high.key, "rate", r.rate)
