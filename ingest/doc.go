@@ -37,7 +37,10 @@
 //     so a record accepted after another of the same request was throttled
 //     is in another range, one that had room: a cool key. Records accepted
 //     before the first throttle prove nothing (they may have taken a full
-//     range's last slots).
+//     range's last slots). For a sink that writes a batch's records as
+//     separate requests at once (the REST sink), the evidence is only
+//     approximate: a wrong bound costs a few more throttles, which correct
+//     it.
 //   - Bounds. The answer's throttled keys, in key order, make groups that
 //     no cool key separates. A group's range reaches, on each side, to its
 //     nearest cool key, cut at the shortest prefix of the cool key that the
