@@ -21,9 +21,10 @@ const (
 	// rangeBackoff is the share of what a throttled range accepted in the
 	// last second that it may send from then on.
 	rangeBackoff = 0.95
-	// rangeProbe is the first step a range's rate rises by, as a share of
-	// its ceiling, once its hold is over; the step doubles every slice
-	// until the next throttle.
+	// rangeProbe is the step a range's rate rises by every slice once its
+	// hold is over, as a share of its ceiling, while the rate is below
+	// rangeGrowth × the ceiling; past it the step doubles every slice until
+	// the next throttle.
 	rangeProbe = 0.05
 	// rangeHold is the wait after a throttle before a range's rate rises
 	// again. It doubles, up to rangeMaxHold, while its probes keep finding
