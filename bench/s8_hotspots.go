@@ -117,7 +117,7 @@ func (r *runner) scenario8(ctx context.Context) ([]Scenario, error) {
 			"the USGS events oldest first, copied with times shifted a month per copy (time grows throughout), in an 8-partition topic; one sluice worker, pool 10,000 records/s in 20 partitions",
 			"the emulator: 10,000 records/s overall; keys ordered lexicographically in ranges of 2,000 ops/s (Azure Tables' and OSS's per-partition figure); a range hot for 5 s splits at the median of its recent keys, up to 64",
 			"sink key {time}/{id} through each strategy; interleave: strategy none, records produced in bulk-load --order interleave order",
-			"throttled_429: record attempts refused (by a hot range); the worker retries them and cuts its rate on throttling (×0.7 per throttled slice)",
+			"throttled_429: record attempts refused (by a hot range); the worker holds only the records headed to a range it found hot, at the rate that range accepted, and retries the refused ones there",
 			"last_quarter_records_per_s: the accepted rate over the last quarter of the run, once the ranges have split (records_per_s includes the seconds of splitting)",
 		}}
 	runs := []struct{ label, strategy, topic string }{

@@ -31,6 +31,8 @@ type Counters struct {
 	unitsSent      atomic.Int64 // units charged to the pacer, retries included
 	unitsDelivered atomic.Int64 // units of delivered records
 	unitsCorrected atomic.Int64 // units the sink charged beyond the estimates
+	hotRanges      atomic.Int64 // key ranges found hot from the sink's answers
+	rangeCuts      atomic.Int64 // rate cuts of hot key ranges
 	firstFetch     atomic.Int64 // unix ns of the first fetch, 0 before
 	lastDone       atomic.Int64 // unix ns of the latest finished record
 
@@ -67,6 +69,10 @@ type Totals struct {
 	// UnitsCorrected is what the sink reported charging beyond the
 	// estimated costs, charged to the pacer afterwards (part of UnitsSent).
 	UnitsCorrected int64
+	// HotRanges counts the key ranges the sink's answers showed hot (see
+	// the package doc, Throttle feedback), RangeCuts the times a hot range
+	// was throttled again at its own rate and slowed.
+	HotRanges, RangeCuts int64
 	// MaxSent1s is the most units sent in any sliding second, at send
 	// time: the send side of the rate promise (the sink's own count is the
 	// other side).
@@ -122,6 +128,8 @@ func (c *Counters) Totals() Totals {
 		UnitsSent:      c.unitsSent.Load(),
 		UnitsDelivered: c.unitsDelivered.Load(),
 		UnitsCorrected: c.unitsCorrected.Load(),
+		HotRanges:      c.hotRanges.Load(),
+		RangeCuts:      c.rangeCuts.Load(),
 		FirstFetch:     unixTime(c.firstFetch.Load()),
 		LastDone:       unixTime(c.lastDone.Load()),
 	}

@@ -34,8 +34,9 @@ type PipelineConfig struct {
 	// hard bound on memory. Defaults to DefaultMaxInFlight (10,000). Short
 	// of it, the pipeline keeps only about two slices' budget or half a
 	// second of its leased rate fetched ahead (at least one record, to
-	// sense a backlog), so records are dequeued only when there is
-	// capacity to write them and a group rebalance strands few of them.
+	// sense a backlog), and holds back at most two slices' budget of
+	// records for hot key ranges, so records are dequeued only when there
+	// is capacity to write them and a group rebalance strands few of them.
 	MaxInFlight int
 	// MaxRecordCost is one second of the whole pool's capacity, in units. A
 	// record costing more can never be written without exceeding the pool,
@@ -135,6 +136,7 @@ type Pipeline struct {
 	retries unitHeap // batches and records waiting out a backoff
 
 	breaker      breaker
+	ranges       keyRanges // throttle feedback per key range
 	letters      letterQueue
 	fetchFailing atomic.Int64 // unix ns since Fetch has been failing; 0 when it is not
 
@@ -180,6 +182,7 @@ func NewPipeline(cfg PipelineConfig, p Ports) (*Pipeline, error) {
 		letterLog:    rate.Sometimes{First: 10, Interval: 5 * time.Second},
 	}
 	pl.breaker.init(p.Retry, cfg.Logger)
+	pl.ranges.init(cfg.Slice, time.Now(), cfg.Counters, cfg.Logger)
 	pl.letters.init()
 	return pl, nil
 }

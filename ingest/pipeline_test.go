@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -239,6 +240,16 @@ func newRig(t *testing.T, cfg ingest.PipelineConfig, rate float64, values ...str
 	return r
 }
 
+// newPipelineFor builds a pipeline like r's over sink s instead of r.sink.
+func newPipelineFor(t *testing.T, r *rig, s ingest.Sink) *ingest.Pipeline {
+	t.Helper()
+	p, err := ingest.NewPipeline(ingest.PipelineConfig{IDField: "id", Logger: slog.New(slog.NewTextHandler(syncWriter{w: r.log}, nil))}, ingest.Ports{
+		Source: r.src, DeadLetters: r.dlq, Sink: s, Retry: sink.Policy{MaxAttempts: 3}, Pacer: r.pacer, Capacity: r.capa,
+	})
+	require.NoError(t, err)
+	return p
+}
+
 // syncWriter serializes writes to a strings.Builder.
 type syncWriter struct{ w io.Writer }
 
@@ -439,6 +450,38 @@ func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 	})
 }
 
+// A record waiting to be retried alone and a batch kept whole after a
+// failure of its request are both due when the probe that ends the pause
+// is taken: the probe is one of them, and the other is sent after it, not
+// forgotten (its records would never be finished, and the queue would never
+// commit past them).
+func TestPipelineProbeLeavesOtherDueRetriesQueued(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, ingest.PipelineConfig{IDField: "id", MaxBatch: 10}, 1000, records(300)...)
+		r.sink.answer = func(id string, attempt int) ingest.Result {
+			if id == "r145" && attempt == 1 {
+				return ingest.Result{Outcome: ingest.Retryable, Throttled: true, Reason: "HTTP 429"}
+			}
+			return ingest.Result{Outcome: ingest.Delivered}
+		}
+		// r145 is throttled in the 15th request (160 ms) and comes due
+		// 80–120 ms later, after the second slice opened; the 30th request
+		// (310 ms) fails as a whole and asks for 150 ms, and the rest of
+		// its slice waits for the pause to end.
+		r.sink.fail = func(time.Duration) error {
+			if r.sink.requests == 30 {
+				return &ingest.SinkError{RetryAfter: 150 * time.Millisecond, Err: errors.New("sink: HTTP 503: busy")}
+			}
+			return nil
+		}
+		_, err := r.run(t, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, r.sink.stored, 300, "every record stored")
+		require.Equal(t, 300, r.src.doneCount(), "every record finished")
+	})
+}
+
 // Per-record results: a throttled record never uses up attempts; a record
 // answered retryable (alone, among delivered ones) gives up after the
 // policy's attempts; a refused one is dead-lettered at once; their
@@ -635,7 +678,9 @@ func TestPipelineAnnouncesBacklogThenIdles(t *testing.T) {
 	})
 }
 
-// Throttled answers reach the pacer as feedback: its rate is cut.
+// A request throttled as a whole reaches the pacer as feedback: the
+// worker's rate is cut. A record throttled alone, among accepted ones,
+// does not: it slows only its key range.
 func TestPipelineReportsThrottlingToThePacer(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -646,10 +691,149 @@ func TestPipelineReportsThrottlingToThePacer(t *testing.T) {
 			}
 			return ingest.Result{Outcome: ingest.Delivered}
 		}
+		r.sink.fail = func(time.Duration) error {
+			if r.sink.requests == 5 || r.sink.requests == 40 {
+				return &ingest.SinkError{Throttled: true, Err: errors.New("sink: HTTP 429")}
+			}
+			return nil
+		}
 		_, err := r.run(t, time.Minute)
 		require.NoError(t, err)
 		require.Len(t, r.sink.stored, 300)
-		require.EqualValues(t, 2, r.pacer.Stats().Cuts)
+		require.EqualValues(t, 2, r.pacer.Stats().Cuts, "one cut per request throttled as a whole")
+		tot := r.p.Counters().Totals()
+		require.EqualValues(t, 2, tot.HotRanges+tot.RangeCuts, "each record throttled alone found or slowed its key range")
+		require.Equal(t, 4, r.sink.attempts["r3"]+r.sink.attempts["r250"], "each retried once")
+	})
+}
+
+// rangeSink admits records into key ranges the way a range-partitioned
+// store does: keys are cut at bounds into ranges with a limit of
+// operations in any sliding second each (0: none); a record its range
+// refuses is answered throttled alone, its neighbours are stored.
+type rangeSink struct {
+	*fakeSink
+	bounds []string // ascending; range i holds keys in [bounds[i-1], bounds[i])
+	limits []int64  // per range; len(bounds)+1
+	wins   []ingest.Window
+
+	lastStored []time.Duration // per range: when it stored its latest record
+}
+
+func newRangeSink(bounds []string, limits []int64) *rangeSink {
+	s := &rangeSink{fakeSink: newFakeSink(), bounds: bounds, limits: limits}
+	for range limits {
+		s.wins = append(s.wins, ingest.NewWindow(time.Second))
+	}
+	s.lastStored = make([]time.Duration, len(limits))
+	s.answer = s.admit
+	return s
+}
+
+// admit is called with s.mu held, in request order, at one instant.
+func (s *rangeSink) admit(id string, _ int) ingest.Result {
+	i := sort.SearchStrings(s.bounds, id)
+	if i < len(s.bounds) && s.bounds[i] == id {
+		i++
+	}
+	at := time.Since(s.start)
+	if s.limits[i] > 0 {
+		s.wins[i].Expire(at)
+		if s.wins[i].WaitFor(at, 0, 1, s.limits[i]) > 0 {
+			return ingest.Result{Outcome: ingest.Retryable, Throttled: true, Reason: "HTTP 429: the key's range is at its limit"}
+		}
+	}
+	s.wins[i].Add(at, 1)
+	s.lastStored[i] = at
+	return ingest.Result{Outcome: ingest.Delivered}
+}
+
+// storedLast is when range i stored its latest record.
+func (s *rangeSink) storedLast(i int) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastStored[i]
+}
+
+// busiest is the most records range i admitted in any sliding second.
+func (s *rangeSink) busiest(i int) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wins[i].Max()
+}
+
+// One record in ten goes to a key range that takes 50 records/s while the
+// worker leases 1,000: the sink throttles that range alone, the pipeline
+// learns it from the answers and holds that range's records to its rate,
+// and the rest of every slice's budget goes to the other keys, which are
+// all stored about as soon as the leased rate allows. The pacer is never
+// cut, and the sink's refusals stay few.
+func TestPipelineSlowsOnlyTheThrottledKeyRange(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		values := make([]string, 3000)
+		for i := range values {
+			key := fmt.Sprintf("cold/%05d", i)
+			if i%10 == 7 {
+				key = fmt.Sprintf("hot/%05d", i)
+			}
+			values[i] = fmt.Sprintf(`{"id":%q}`, key)
+		}
+		r := newRig(t, ingest.PipelineConfig{IDField: "id"}, 1000, values...)
+		rs := newRangeSink([]string{"hot/", "hot0"}, []int64{0, 50, 0})
+		rs.start = r.sink.start
+		r.p = newPipelineFor(t, r, rs)
+		took, err := r.run(t, time.Minute)
+		require.NoError(t, err)
+		tot := r.p.Counters().Totals()
+		t.Logf("took %s; cold keys stored by %s; %d attempts, %d throttled; hot range's busiest second %d; pacer cuts %d; hot ranges %d, cuts %d",
+			took, rs.storedLast(0), tot.Attempts, tot.Throttled, rs.busiest(1), r.pacer.Stats().Cuts, tot.HotRanges, tot.RangeCuts)
+		require.Len(t, rs.stored, 3000, "every record stored")
+		require.Equal(t, 3000, r.src.doneCount(), "every record finished")
+		require.Greater(t, took, 6*time.Second, "300 hot records at 50/s")
+		require.Less(t, rs.storedLast(0), 3100*time.Millisecond, "2,700 cold records at about the leased 1,000/s")
+		require.Zero(t, r.pacer.Stats().Cuts, "the worker's rate is not cut")
+		require.Less(t, tot.Throttled, int64(30), "the hot range is paced, not hammered")
+	})
+}
+
+// Every key falls in one range of 300 records/s (sequential keys): the
+// worker runs at that range's rate, refused rarely, and holds back a
+// bounded number of records rather than fetching the whole backlog.
+func TestPipelineRunsAtTheRateOfTheOnlyHotRange(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, ingest.PipelineConfig{IDField: "id"}, 1000, records(4500)...)
+		rs := newRangeSink(nil, []int64{300})
+		rs.start = r.sink.start
+		r.p = newPipelineFor(t, r, rs)
+		stop := make(chan struct{})
+		sampled := make(chan int)
+		go func() {
+			most := 0
+			for {
+				select {
+				case <-stop:
+					sampled <- most
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				r.src.mu.Lock()
+				most = max(most, r.src.next-len(r.src.done))
+				r.src.mu.Unlock()
+			}
+		}()
+		took, err := r.run(t, 2*time.Minute)
+		close(stop)
+		inFlight := <-sampled
+		require.NoError(t, err)
+		tot := r.p.Counters().Totals()
+		t.Logf("took %s; %d attempts, %d throttled; busiest second %d; most records in flight %d", took, tot.Attempts, tot.Throttled, rs.busiest(0), inFlight)
+		require.Len(t, rs.stored, 4500)
+		require.Greater(t, took, 14*time.Second, "never above the range's 300/s")
+		require.Less(t, took, 16500*time.Millisecond, "at ≥ 0.9 of the range's rate")
+		require.LessOrEqual(t, tot.Throttled, tot.Attempts/100, "≤ 1 % of the sends refused")
+		require.Less(t, inFlight, 1500, "held records are bounded by the slices' budget, not the backlog")
 	})
 }
 

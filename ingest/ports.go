@@ -206,8 +206,9 @@ type BacklogReporter interface {
 
 // ThrottleFeedback is implemented by pacers that slow down when the sink
 // throttles although the worker kept to its leases (another application
-// shares the service). The worker reports each write attempt that had a
-// throttled record.
+// shares the service). The worker reports each request throttled as a
+// whole and each answer that says the sink's limit is nearly used up; a
+// record throttled alone slows only its key range (see the package doc).
 type ThrottleFeedback interface {
 	Throttled()
 }

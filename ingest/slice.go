@@ -59,7 +59,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 			head = p.nextFresh()
 		}
 		due := p.dueCost(time.Now())
-		if head == nil && due == 0 {
+		if head == nil && due == 0 && p.ranges.heldRecords() == 0 {
 			// Idle: wait for a record rather than a slice, so the first
 			// one is sent at once (the pacer opens a slice immediately
 			// when the last one is over).
@@ -75,7 +75,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 			continue
 		}
 		want := due
-		if want == 0 {
+		if want == 0 && head != nil {
 			want = head.rec.Cost
 		}
 		budget, err := p.p.Pacer.Next(ctx, want)
@@ -103,7 +103,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		// What was taken is still to be sent over the slice, each send when
 		// the account has room: until then it is a backlog, or the leases
 		// it needs could go back to the pool.
-		p.setDemand(len(units) > 0 || head != nil || p.dueCost(open) > 0)
+		p.setDemand(len(units) > 0 || head != nil || p.dueCost(open) > 0 || p.ranges.heldRecords() > 0)
 		if owed := p.owed.Swap(0); owed > 0 {
 			// What the sink charged beyond the estimates is charged now,
 			// on top of this slice (debt if the bucket cannot cover it).
@@ -120,7 +120,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		// the budget is used, over its share of it when the queue ran dry
 		// first (the last records of a load are not held back).
 		span := p.cfg.Slice
-		if budget > 0 && spent < budget {
+		if budget > 0 && spent < budget && !p.ranges.holding() {
 			span = time.Duration(float64(span) * float64(spent) / float64(budget))
 		}
 		if !p.dispatch(ctx, writeCtx, writing, units, open, span) {
@@ -140,15 +140,34 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool) (un
 		if u == nil {
 			break
 		}
-		spent += u.cost
 		if !u.keep {
-			fresh = append(fresh, u.items...)
+			var n int64
+			fresh, n = p.rangeAdmit(now, u.items, fresh)
+			spent += n
 			continue
 		}
+		if probe && len(fresh) > 0 {
+			// The probe is one request: the records already taken make
+			// it, and the batch waits for the next slice.
+			p.pushRetry(u)
+			break
+		}
+		if !probe && p.ranges.active() && !p.ranges.admitUnit(now, u) {
+			// A range it writes to is full: it waits a slice.
+			u.due = now.Add(p.cfg.Slice)
+			p.pushRetry(u)
+			continue
+		}
+		spent += u.cost
 		units = append(units, u)
 		if probe {
 			return units, head, spent
 		}
+	}
+	if !probe && p.ranges.active() {
+		var n int64
+		fresh, n = p.releaseHeld(now, budget-spent, fresh)
+		spent += n
 	}
 	for {
 		if head == nil {
@@ -156,6 +175,17 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool) (un
 		}
 		if head == nil || head.rec.Cost > budget-spent || (probe && len(fresh) == p.cfg.MaxBatch) {
 			break
+		}
+		if p.ranges.active() {
+			// Its key range is hot: held back (up to two slices' budget
+			// of records held in all), or left in line.
+			if v := p.ranges.admit(now, head, true, 2*budget); v != rangeSend {
+				if v == rangeFull {
+					break
+				}
+				head = nil
+				continue
+			}
 		}
 		fresh = append(fresh, head)
 		spent += head.rec.Cost
@@ -203,6 +233,12 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 				p.pushRetry(u)
 			}
 			return true
+		}
+		if !u.keep && p.ranges.active() {
+			// A range may have been found or cut since the slice opened.
+			if u = p.ranges.recheck(time.Now(), open, u); u == nil {
+				continue
+			}
 		}
 		select {
 		case p.requests <- struct{}{}:
@@ -305,6 +341,7 @@ func (p *Pipeline) setDemand(backlog bool) {
 		retrying += len(u.items)
 	}
 	p.mu.Unlock()
+	retrying += int(p.ranges.heldRecords())
 	idle := retrying == 0 && len(p.fetched) == 0
 	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), backlog, idle))
 	if br, ok := p.p.Capacity.(BacklogReporter); ok {

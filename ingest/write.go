@@ -36,7 +36,11 @@ func (p *Pipeline) write(ctx context.Context, u *unit, answered func()) {
 		return // shutting down: the records are redelivered later
 	}
 	now := time.Now()
-	if err == nil && !p.isolated(u) {
+	explained := false // every record throttled by a range known to be hot
+	if err == nil && len(results) == len(recs) {
+		explained = p.ranges.observe(now, began, u.items, results)
+	}
+	if err == nil && !explained && !p.isolated(u) {
 		err = wholeFailure(results, len(recs))
 	} else if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("no answer within the request timeout (%s): %w", p.cfg.RequestTimeout, err)
@@ -46,13 +50,14 @@ func (p *Pipeline) write(ctx context.Context, u *unit, answered func()) {
 		return
 	}
 	p.breaker.success(now)
-	throttled := false
+	nearLimit := false
 	for i, it := range u.items {
-		if p.route(it, results[i], now) || results[i].NearLimit {
-			throttled = true
-		}
+		p.route(it, results[i], now)
+		nearLimit = nearLimit || results[i].NearLimit
 	}
-	if throttled {
+	if nearLimit {
+		// The sink's own rate limit is nearly used up: the worker as a
+		// whole slows down. A throttled record slows only its key range.
 		p.throttleFeedback()
 	}
 }
@@ -120,9 +125,9 @@ func (p *Pipeline) failed(u *unit, err error, now time.Time) {
 	p.pushRetry(u)
 }
 
-// route acts on one record's result; it reports whether the record was
-// throttled.
-func (p *Pipeline) route(it *item, res Result, now time.Time) (throttled bool) {
+// route acts on one record's result. A throttled record waits in its key
+// range (see keyRanges), or, when its key is in none, for a backoff.
+func (p *Pipeline) route(it *item, res Result, now time.Time) {
 	switch res.Outcome {
 	case Delivered, Duplicate:
 		if res.Charge > 0 {
@@ -142,23 +147,26 @@ func (p *Pipeline) route(it *item, res Result, now time.Time) (throttled bool) {
 		if res.Throttled {
 			p.c.throttled.Add(1)
 			it.throttles++
+			if p.ranges.requeue(now, it, res.RetryAfter) {
+				p.c.retried.Add(1)
+				return
+			}
 			wait, _ := p.p.Retry.Backoff(min(it.throttles, maxThrottleStep), res.RetryAfter)
 			p.retryItem(it, now.Add(wait))
-			return true
+			return
 		}
 		p.c.retryable.Add(1)
 		it.attempts++
 		wait, ok := p.p.Retry.Backoff(it.attempts, res.RetryAfter)
 		if !ok {
 			p.deadLetter(it, fmt.Sprintf("%s: gave up after %d attempts: %s", describe(it.rec), it.attempts, res.Reason))
-			return false
+			return
 		}
 		p.retryItem(it, now.Add(wait))
 	default:
 		p.c.permanent.Add(1)
 		p.deadLetter(it, fmt.Sprintf("%s: %s", describe(it.rec), res.Reason))
 	}
-	return false
 }
 
 // retryItem schedules one record for another attempt at due.

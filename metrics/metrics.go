@@ -26,6 +26,8 @@
 //	sluice_sink_requests_total{result}           counter  write requests sent to the sink: ok (answered), failed (unreachable, timeout)
 //	sluice_sink_record_results_total{outcome}    counter  record attempts by answer: delivered, duplicate, throttled (429), retryable (408, 5xx), permanent (other 4xx)
 //	sluice_retries_total                         counter  record attempts scheduled again after a backoff
+//	sluice_hot_key_ranges_total                  counter  key ranges the sink's answers showed full (throttle feedback per key range)
+//	sluice_hot_key_range_cuts_total              counter  times a hot key range was throttled again at its own rate and slowed
 //	sluice_consumer_lag_records                  gauge    records waiting in the queue beyond those fetched (-1 unknown)
 //	sluice_eta_seconds                           gauge    lag ÷ the leased rate in records/s (-1 when unknown or no rate)
 //	sluice_batch_duration_seconds                histogram sink write attempts, by duration (seconds)
@@ -138,6 +140,8 @@ var (
 	descRequests   = prometheus.NewDesc("sluice_sink_requests_total", "Write requests sent to the sink, by result: ok (answered) or failed (unreachable, timeout).", append(poolLabels, "result"), nil)
 	descResults    = prometheus.NewDesc("sluice_sink_record_results_total", "Record attempts by the sink's answer.", append(poolLabels, "outcome"), nil)
 	descRetries    = prometheus.NewDesc("sluice_retries_total", "Record attempts scheduled again after a backoff.", poolLabels, nil)
+	descHotRanges  = prometheus.NewDesc("sluice_hot_key_ranges_total", "Key ranges the sink's answers showed full.", poolLabels, nil)
+	descRangeCuts  = prometheus.NewDesc("sluice_hot_key_range_cuts_total", "Times a hot key range was throttled again at its own rate and slowed.", poolLabels, nil)
 	descSinkState  = prometheus.NewDesc("sluice_sink_state", "0 while writing, 1 while the sink is paused after a write failed as a whole.", workerLabels, nil)
 	descPaused     = prometheus.NewDesc("sluice_sink_paused_seconds_total", "Seconds the sink was paused, the current pause included.", workerLabels, nil)
 	descReady      = prometheus.NewDesc("sluice_ready", "1 while the worker can make progress, 0 once a failure has lasted its ready threshold.", workerLabels, nil)
@@ -148,7 +152,7 @@ var (
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descEffective, descLeased, descHeld, descMissing, descEvents,
-		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descResults, descRetries,
+		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descResults, descRetries, descHotRanges, descRangeCuts,
 		descSinkState, descPaused, descReady, descSendMax, descLatency} {
 		ch <- d
 	}
@@ -215,6 +219,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descResults, n, pool, outcome)
 		}
 		counter(descRetries, t.Retried, pool)
+		counter(descHotRanges, t.HotRanges, pool)
+		counter(descRangeCuts, t.RangeCuts, pool)
 	}
 }
 

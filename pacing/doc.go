@@ -78,7 +78,9 @@
 //
 // Leases keep sluice's workers within the pool, but the service may be
 // shared with applications that take no leases. When the sink throttles
-// anyway, the pipeline calls Throttled, and the pacer applies AIMD to its own
+// anyway a whole request (or says its limit is nearly used up), the
+// pipeline calls Throttled (a record throttled alone slows only its key
+// range, see package ingest), and the pacer applies AIMD to its own
 // rate (the rate of this worker in this pool; other pools are untouched): at
 // the next slice the rate is cut to Config.Cut (0.7) × the current rate, once
 // per slice however many writes were throttled, and every slice without a

@@ -99,10 +99,11 @@
 // Rate-limit feedback. The answers' RateLimit (the IETF httpapi draft's
 // combined field, both shapes, with RateLimit-Policy), RateLimit-Remaining
 // / -Limit / -Reset and X-RateLimit-Remaining / -Limit / -Reset headers
-// set Result.NearLimit, which slows the worker as throttling does, when
-// the quota left would run out before its reset at the sink's own request
-// rate over the last second with a margin of 10 % of the limit (without a
-// reset: at most 10 % of the limit left, or none). A worker alone at the
+// set Result.NearLimit, which slows the worker as a whole (as throttling
+// of a whole request does), when the quota left would run out before its
+// reset at the sink's own request rate over the last second with a margin
+// of 10 % of the limit (without a reset: at most 10 % of the limit left, or
+// none). A worker alone at the
 // API's limit ends each window with about nothing left and is not slowed;
 // one sharing the API with another client is, before it is refused.
 //
