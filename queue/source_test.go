@@ -425,14 +425,25 @@ func TestSourceMemberLeavesCleanly(t *testing.T) {
 	before := awaitAssignments(t, group, topic, 3, partitions)
 	produceN(t, topic, n)
 
-	// c fetches 60 records, then Done on all but the last few of each
-	// partition: those are in flight when it stops.
+	// c fetches at least 10 records of each of its partitions, then Done on
+	// all but the last few of each partition: those are in flight when it
+	// stops.
 	var fetchedC []ingest.Record
-	for len(fetchedC) < 60 {
+	perPartition := map[int]int{}
+	enough := func() bool {
+		for _, p := range before[c.clientID] {
+			if perPartition[p] < 10 {
+				return false
+			}
+		}
+		return true
+	}
+	for !enough() {
 		select {
 		case rec := <-fetchingC:
 			require.True(t, c.Owns(rec))
 			fetchedC = append(fetchedC, rec)
+			perPartition[rec.Pos.Partition]++
 		case <-ctx.Done():
 			t.Fatal("c fetched too little")
 		}
