@@ -27,6 +27,11 @@ var _ ingest.Capacity = (*Manager)(nil)
 // Credit. Windows reaching further back undercount (the safe direction).
 const HistoryKeep = 10 * time.Second
 
+// wokenFor is how many ticks after its want rises from nothing a worker
+// takes no more than an equal split of the members: long enough for peers
+// woken by the same backlog to announce theirs.
+const wokenFor = 3
+
 // errReservedShort is logged while the worker holds fewer partitions than
 // it reserves.
 var errReservedShort = errors.New("lease: reserved partitions not free")
@@ -46,6 +51,7 @@ type Manager struct {
 	wake      chan struct{}
 	started   atomic.Bool
 	announced int       // the want of the last step (Run loop only)
+	wokeAt    time.Time // when the want last rose from nothing (Run loop only)
 	cooling   []cooling // released leases waiting a slice to be unlocked (Run loop only)
 
 	defReadAt time.Time // last successful read of the definition (Run loop only)
@@ -347,11 +353,16 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 		}
 		parts := m.partitionsNow()
 		share = fairShare(parts, list)[m.cfg.WorkerID]
-		if m.announced == 0 {
-			// Just woken: idle peers that woke at the same time have not
-			// announced yet, so take no more than an equal split of the
-			// members now, and grow to the fair share at the next step.
-			// Workers that start on one backlog together split it at once.
+		if m.announced == 0 && me.Want > 0 {
+			m.wokeAt = now
+		}
+		if now.Sub(m.wokeAt) < wokenFor*m.cfg.Tick {
+			// Just woken: idle peers that woke at the same time may not
+			// have announced yet, so take no more than an equal split of
+			// the members for a few ticks, and grow to the fair share
+			// after. Workers that start on one backlog together split it
+			// at once instead of one taking every partition and handing
+			// most back a tick later.
 			share = min(share, max((parts+len(list)-1)/len(list), m.cfg.Reserved))
 		}
 	}
