@@ -246,8 +246,18 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 		// holds every send to the credit earned since they were gained.
 		p.lim = rate.NewLimiter(rate.Limit(flow), burst)
 	} else {
+		gained := p.gained(open, now, r, flow)
 		p.lim.SetLimitAt(open, rate.Limit(flow))
 		p.lim.SetBurstAt(open, burst)
+		if gained > 0 {
+			// The rate rose during the last slice: the bucket filled at
+			// the old flow, but leases gained mid-slice earned credit
+			// from the moment they counted. Add what they earned, so they
+			// are used in this slice rather than one slice later.
+			tokens := min(p.lim.TokensAt(open)+gained, float64(burst))
+			p.lim = rate.NewLimiter(rate.Limit(flow), burst)
+			p.lim.ReserveN(open, burst-int(tokens))
+		}
 	}
 	p.prune(now)
 	if pay := min(p.debt, wholeUnits(p.lim.TokensAt(open))); pay > 0 {
@@ -497,6 +507,21 @@ func (p *Pacer) rate(now time.Time) float64 {
 		return 0
 	}
 	return r
+}
+
+// gained is how many more tokens the flow planned at the opening now, at
+// rate r, would have put in the bucket since the last opening than the
+// limiter's old flow did: the credit earned over the last slice, scaled as
+// flow is, minus the old flow's accrual; 0 when the rate has not risen or
+// there was no last opening. p.mu is held.
+func (p *Pacer) gained(open, now time.Time, r, flow float64) float64 {
+	old := float64(p.lim.Limit())
+	if p.opened.IsZero() || !(flow > old) || !(r > 0) || !open.After(p.opened) {
+		return 0
+	}
+	from := maxTime(p.opened, open.Add(-p.slice))
+	earned := p.credit(from, open, now, r) * flow / r
+	return earned - old*open.Sub(from).Seconds()
 }
 
 // burst is one slice at rate r in whole units, rounded up so that a rate
