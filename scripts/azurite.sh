@@ -44,64 +44,26 @@ NAME=azurite.sh
 # shellcheck source=service.sh
 source "$ROOT/scripts/service.sh"
 
-listening() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null || return 1; exec 3<&- 3>&-; }
-
-install_azurite() {
-  if [[ -x "$BIN" ]] && [[ "$(node -p "require('$DIR/node_modules/azurite/package.json').version" 2>/dev/null)" == "$VERSION" ]]; then
-    return 0
-  fi
-  command -v npm >/dev/null || die "npm is missing: install Node.js (apt-get install -y nodejs npm)"
-  log "installing azurite@$VERSION into $DIR"
-  mkdir -p "$DIR"
-  [[ -f "$DIR/package.json" ]] || echo '{"private":true}' >"$DIR/package.json"
-  (cd "$DIR" && npm install --no-audit --no-fund --loglevel=error "azurite@$VERSION" >/dev/null) \
-    || die "npm install azurite@$VERSION failed"
-}
-
 start() {
-  if p="$(pid)" && listening; then
-    log "already running on $HOST:$PORT (pid $p)"
+  if already_running; then
     echo "$URL"
     return 0
   fi
-  listening && die "something else already listens on $HOST:$PORT; set SLUICE_AZURITE_PORT to another port"
-  install_azurite
+  require_free_port "$PORT" SLUICE_AZURITE_PORT
+  npm_install azurite
   mkdir -p "$DIR"
   rm -f "$PIDFILE"
   AZURITE_DISABLE_TELEMETRY=1 nohup "$BIN" --tableHost "$HOST" --tablePort "$PORT" --inMemoryPersistence \
     --disableTelemetry --skipApiVersionCheck --disableProductStyleUrl --loose --silent \
     >"$LOGFILE" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
-  local deadline=$((SECONDS + WAIT_SECONDS))
-  until listening; do
-    pid >/dev/null || { tail -n 20 "$LOGFILE" >&2; die "azurite-table exited; see $LOGFILE"; }
-    ((SECONDS >= deadline)) && die "azurite-table did not listen on $HOST:$PORT within ${WAIT_SECONDS}s; see $LOGFILE"
-    sleep 0.1
-  done
+  await_ready listening azurite-table "did not listen"
   log "running on $HOST:$PORT (pid $(pid || echo '?'), log $LOGFILE)"
   echo "$URL"
 }
 
-stop() {
-  local p
-  if ! p="$(pid)"; then
-    rm -f "$PIDFILE"
-    log "not running on port $PORT"
-    return 0
-  fi
-  terminate "$p"
-  rm -f "$PIDFILE"
-  log "stopped (was pid $p)"
-}
+stop() { stop_service "$PIDFILE"; }
 
-status() {
-  local p
-  if p="$(pid)" && listening; then
-    echo "running on $HOST:$PORT (pid $p)"
-    return 0
-  fi
-  echo "stopped"
-  return 3
-}
+status() { service_status; }
 
 dispatch "$@"

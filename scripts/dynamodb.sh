@@ -63,8 +63,6 @@ NAME=dynamodb.sh
 # shellcheck source=service.sh
 source "$ROOT/scripts/service.sh"
 
-listening() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null || return 1; exec 3<&- 3>&-; }
-
 # ready succeeds when the server answers a ListTables request with 200 (it
 # checks the form of the signature, not its value), which also warms up
 # its request path before the first test.
@@ -75,17 +73,6 @@ ready() {
   IFS= read -r -t 30 status <&3 || status=""
   exec 3<&- 3>&-
   [[ "$status" == "HTTP/1.1 200"* ]]
-}
-
-# with_lock CMD... runs CMD holding a lock on the cache folder, so that two
-# test packages starting the server at once run mvn and start it once.
-with_lock() {
-  mkdir -p "$DIR"
-  if command -v flock >/dev/null 2>&1; then
-    ( flock 9; "$@" ) 9>"$DIR/lock"
-  else
-    "$@"
-  fi
 }
 
 # libs_stamp identifies the jar set: a checksum of the pom.
@@ -116,11 +103,8 @@ ensure_libs() {
 }
 
 do_start() {
-  if p="$(pid)" && listening; then
-    log "already running on $HOST:$PORT (pid $p)"
-    return 0
-  fi
-  listening && die "something else already listens on $HOST:$PORT; set SLUICE_DYNAMODB_PORT to another port"
+  already_running && return 0
+  require_free_port "$PORT" SLUICE_DYNAMODB_PORT
   "$JAVA" -version >/dev/null 2>&1 || die "cannot run $JAVA: Java 17+ is needed (apt-get install -y openjdk-17-jre-headless)"
   ensure_libs
   rm -f "$PIDFILE"
@@ -132,12 +116,7 @@ do_start() {
     -port "$PORT" -inMemory -sharedDb -disableTelemetry \
     >"$LOGFILE" 2>&1 </dev/null 9>&- &
   echo $! >"$PIDFILE"
-  local deadline=$((SECONDS + WAIT_SECONDS))
-  until ready; do
-    pid >/dev/null || { tail -n 20 "$LOGFILE" >&2; die "DynamoDB Local exited; see $LOGFILE"; }
-    ((SECONDS >= deadline)) && die "DynamoDB Local did not answer on $HOST:$PORT within ${WAIT_SECONDS}s; see $LOGFILE"
-    sleep 0.1
-  done
+  await_ready ready "DynamoDB Local" "did not answer"
   log "running on $HOST:$PORT (pid $(pid || echo '?'), log $LOGFILE)"
 }
 
@@ -146,26 +125,8 @@ start() {
   echo "$URL"
 }
 
-stop() {
-  local p
-  if ! p="$(pid)"; then
-    rm -f "$PIDFILE"
-    log "not running on port $PORT"
-    return 0
-  fi
-  terminate "$p"
-  rm -f "$PIDFILE"
-  log "stopped (was pid $p)"
-}
+stop() { stop_service "$PIDFILE"; }
 
-status() {
-  local p
-  if p="$(pid)" && listening; then
-    echo "running on $HOST:$PORT (pid $p)"
-    return 0
-  fi
-  echo "stopped"
-  return 3
-}
+status() { service_status; }
 
 dispatch "$@"

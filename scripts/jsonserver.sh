@@ -52,20 +52,6 @@ NAME=jsonserver.sh
 # shellcheck source=service.sh
 source "$ROOT/scripts/service.sh"
 
-listening() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null || return 1; exec 3<&- 3>&-; }
-
-install_jsonserver() {
-  if [[ -x "$BIN" ]] && [[ "$(node -p "require('$DIR/node_modules/json-server/package.json').version" 2>/dev/null)" == "$VERSION" ]]; then
-    return 0
-  fi
-  command -v npm >/dev/null || die "npm is missing: install Node.js (apt-get install -y nodejs npm)"
-  log "installing json-server@$VERSION into $DIR"
-  mkdir -p "$DIR"
-  [[ -f "$DIR/package.json" ]] || echo '{"private":true}' >"$DIR/package.json"
-  (cd "$DIR" && npm install --no-audit --no-fund --loglevel=error "json-server@$VERSION" >/dev/null) \
-    || die "npm install json-server@$VERSION failed"
-}
-
 # write_db writes the database module: one empty array per collection.
 write_db() {
   local body="" name
@@ -80,48 +66,24 @@ write_db() {
 }
 
 start() {
-  if p="$(pid)" && listening; then
-    log "already running on $HOST:$PORT (pid $p)"
+  if already_running; then
     echo "$URL"
     return 0
   fi
-  listening && die "something else already listens on $HOST:$PORT; set SLUICE_JSONSERVER_PORT to another port"
-  install_jsonserver
+  require_free_port "$PORT" SLUICE_JSONSERVER_PORT
+  npm_install json-server
   mkdir -p "$DIR"
   rm -f "$PIDFILE"
   write_db
   nohup "$BIN" --host "$HOST" --port "$PORT" --quiet --no-cors --no-gzip "$DB" >"$LOGFILE" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
-  local deadline=$((SECONDS + WAIT_SECONDS))
-  until listening; do
-    pid >/dev/null || { tail -n 20 "$LOGFILE" >&2; die "json-server exited; see $LOGFILE"; }
-    ((SECONDS >= deadline)) && die "json-server did not listen on $HOST:$PORT within ${WAIT_SECONDS}s; see $LOGFILE"
-    sleep 0.1
-  done
+  await_ready listening json-server "did not listen"
   log "running on $HOST:$PORT (pid $(pid || echo '?'), collections $COLLECTIONS, log $LOGFILE)"
   echo "$URL"
 }
 
-stop() {
-  local p
-  if ! p="$(pid)"; then
-    rm -f "$PIDFILE"
-    log "not running on port $PORT"
-    return 0
-  fi
-  terminate "$p"
-  rm -f "$PIDFILE" "$DB"
-  log "stopped (was pid $p)"
-}
+stop() { stop_service "$PIDFILE" "$DB"; }
 
-status() {
-  local p
-  if p="$(pid)" && listening; then
-    echo "running on $HOST:$PORT (pid $p)"
-    return 0
-  fi
-  echo "stopped"
-  return 3
-}
+status() { service_status; }
 
 dispatch "$@"

@@ -36,6 +36,7 @@ CACHE="${SLUICE_CACHE:-.cache}"
 DIR="$CACHE/postgres"
 DATA="$DIR/data-$PORT"
 LOGFILE="$DIR/postgres-$PORT.log"
+PIDFILE=""  # pg_ctl keeps the pid in the data directory
 URL="postgres://postgres@$HOST:$PORT/postgres"
 
 NAME=postgres.sh
@@ -105,11 +106,7 @@ start() {
   as "$bin/pg_ctl" -D "$DATA" -l "$LOGFILE" -w -t "$WAIT_SECONDS" start \
     -o "-h $HOST -p $PORT -k '' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" >/dev/null \
     || { tail -n 20 "$LOGFILE" >&2; die "postgres failed to start; see $LOGFILE"; }
-  local deadline=$((SECONDS + WAIT_SECONDS))
-  until ready; do
-    ((SECONDS >= deadline)) && die "postgres did not accept connections on $HOST:$PORT within ${WAIT_SECONDS}s; see $LOGFILE"
-    sleep 0.1
-  done
+  await_ready ready postgres "did not accept connections"
   log "running on $HOST:$PORT (data $DATA, log $LOGFILE)"
   echo "$URL"
 }

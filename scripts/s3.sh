@@ -64,8 +64,6 @@ NAME=s3.sh
 # shellcheck source=service.sh
 source "$ROOT/scripts/service.sh"
 
-listening() { { exec 3<>"/dev/tcp/$HOST/$1"; } 2>/dev/null || return 1; exec 3<&- 3>&-; }
-
 # ready succeeds when MinIO's readiness probe answers 200.
 ready() {
   local status
@@ -74,15 +72,6 @@ ready() {
   IFS= read -r -t 5 status <&3 || status=""
   exec 3<&- 3>&-
   [[ "$status" == "HTTP/1."?" 200"* ]]
-}
-
-with_lock() {
-  mkdir -p "$DIR"
-  if command -v flock >/dev/null 2>&1; then
-    ( flock 9; "$@" ) 9>"$DIR/lock"
-  else
-    "$@"
-  fi
 }
 
 # build compiles MinIO unless the binary of the pinned version is there.
@@ -106,12 +95,9 @@ build() {
 }
 
 do_start() {
-  if p="$(pid)" && listening "$PORT"; then
-    log "already running on $HOST:$PORT (pid $p)"
-    return 0
-  fi
-  listening "$PORT" && die "something else already listens on $HOST:$PORT; set SLUICE_S3_PORT to another port"
-  listening "$CONSOLE_PORT" && die "something else already listens on $HOST:$CONSOLE_PORT; set SLUICE_S3_CONSOLE_PORT to another port"
+  already_running && return 0
+  require_free_port "$PORT" SLUICE_S3_PORT
+  require_free_port "$CONSOLE_PORT" SLUICE_S3_CONSOLE_PORT
   ((${#SECRET_KEY} >= 8)) || die "SLUICE_S3_SECRET_KEY must have at least 8 characters"
   build
   rm -rf "$DATA" "$PIDFILE"
@@ -122,12 +108,7 @@ do_start() {
     "$detach" "$BIN" server "$DATA" --quiet --address "$HOST:$PORT" --console-address "$HOST:$CONSOLE_PORT" \
     >"$LOGFILE" 2>&1 </dev/null 9>&- &
   echo $! >"$PIDFILE"
-  local deadline=$((SECONDS + WAIT_SECONDS))
-  until ready; do
-    pid >/dev/null || { tail -n 20 "$LOGFILE" >&2; die "MinIO exited; see $LOGFILE"; }
-    ((SECONDS >= deadline)) && die "MinIO was not ready on $HOST:$PORT within ${WAIT_SECONDS}s; see $LOGFILE"
-    sleep 0.1
-  done
+  await_ready ready MinIO "was not ready"
   log "running on $HOST:$PORT (pid $(pid || echo '?'), log $LOGFILE)"
 }
 
@@ -136,29 +117,9 @@ start() {
   echo "$URL"
 }
 
-stop() {
-  local p
-  if ! p="$(pid)"; then
-    rm -f "$PIDFILE"
-    rm -rf "$DATA"
-    log "not running on port $PORT"
-    return 0
-  fi
-  terminate "$p"
-  rm -f "$PIDFILE"
-  rm -rf "$DATA"
-  log "stopped (was pid $p)"
-}
+stop() { stop_service "$PIDFILE" "$DATA"; }
 
-status() {
-  local p
-  if p="$(pid)" && listening "$PORT"; then
-    echo "running on $HOST:$PORT (pid $p)"
-    return 0
-  fi
-  echo "stopped"
-  return 3
-}
+status() { service_status; }
 
 case "${1:-}" in
   build) with_lock build ;;
