@@ -2,11 +2,14 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -89,9 +92,15 @@ type Scenario struct {
 	Notes   []string `json:"notes,omitempty"`
 	Entries []Entry  `json:"entries"`
 	Charts  []string `json:"charts,omitempty"`
+	// Commit and Started say which run measured the scenario: a run of
+	// some scenarios keeps the others from the results.json it updates.
+	Commit  string `json:"commit,omitempty"`
+	Started string `json:"started,omitempty"`
 }
 
-// Report is the content of results.json.
+// Report is the content of results.json. Machine, GoVersion, Commit,
+// Services, Started and DurationS describe the latest run; each scenario
+// names the run that measured it.
 type Report struct {
 	Machine   Machine    `json:"machine"`
 	GoVersion string     `json:"go_version"`
@@ -181,4 +190,33 @@ func median(reps []Entry) Entry {
 	}
 	out.Extra = reps[len(reps)/2].Extra
 	return out
+}
+
+// keep adds to rep, after its own scenarios, those of the report at path
+// that rep did not run again; a missing or unreadable file adds nothing.
+func (rep *Report) keep(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	var old Report
+	if json.Unmarshal(data, &old) != nil {
+		return
+	}
+	for _, sc := range old.Scenarios {
+		if slices.ContainsFunc(rep.Scenarios, func(n Scenario) bool { return n.ID == sc.ID }) {
+			continue
+		}
+		if sc.Commit == "" {
+			sc.Commit, sc.Started = old.Commit, old.Started
+		}
+		rep.Scenarios = append(rep.Scenarios, sc)
+	}
+	slices.SortStableFunc(rep.Scenarios, func(a, b Scenario) int { return cmp.Compare(scenarioOrder(a.ID), scenarioOrder(b.ID)) })
+}
+
+// scenarioOrder sorts scenario IDs ("3", "3-b", "10") by their number.
+func scenarioOrder(id string) int {
+	n, _ := strconv.Atoi(strings.SplitN(id, "-", 2)[0])
+	return n
 }

@@ -132,17 +132,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		for i := range got {
 			got[i].Charts = r.drawCharts(got[i].ID)
+			got[i].Commit, got[i].Started = rep.Commit, rep.Started
 			got[i].WriteMarkdown(cfg.Stdout)
 		}
 		rep.Scenarios = append(rep.Scenarios, got...)
 		r.log.Info("scenario done", "scenario", n, "seconds", time.Since(t0).Round(time.Second).Seconds())
 	}
 	rep.DurationS = time.Since(started).Round(time.Second).Seconds()
+	path := filepath.Join(cfg.Out, "results.json")
+	rep.keep(path)
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return rep, err
 	}
-	path := filepath.Join(cfg.Out, "results.json")
 	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
 		return rep, err
 	}
