@@ -128,7 +128,7 @@ func readOne(t *testing.T, topic string) kafka.Message {
 // In every run no sliding second at the sink holds more than 1.01 × the
 // capacity and no fixed 200 ms after the first second more than 1.1 slices
 // of the pool. The loads take at most 5 % longer than the ideal (the median
-// of the runs), and no run more than 15 % (a pod that joins or leaves the
+// of the runs), and no run more than about 10 % (a pod that joins or leaves the
 // pool late, or records produced late, cost a few tenths of a second of a
 // 4.7 s load).
 func TestSinkSideSecondHoldsWithDefaults(t *testing.T) {
@@ -167,7 +167,7 @@ func TestSinkSideSecondHoldsWithDefaults(t *testing.T) {
 				utilizations = append(utilizations, utilization)
 				require.LessOrEqual(t, float64(st.MaxUnits1s), 1.01*capacity, "run %d: a sliding second over capacity at the sink", run+1)
 				require.LessOrEqual(t, float64(busiest200), 1.1*capacity*0.2, "run %d: a 200 ms over 1.1 slices", run+1)
-				require.GreaterOrEqual(t, utilization, 0.85, "run %d", run+1)
+				require.GreaterOrEqual(t, utilization, 0.90, "run %d", run+1)
 			}
 			t.Logf("%d runs: busiest second ÷ capacity %v, busiest 200 ms ÷ slice %v, utilization %v", runs, seconds, slicesOver, utilizations)
 			slices.Sort(utilizations)
