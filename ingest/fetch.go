@@ -13,8 +13,9 @@ import (
 // already fetched are still delivered, and no more are taken.
 const maxLetterBacklog = 1000
 
-// fetch reads the source into p.fetched while there are free slots, fewer
-// than the prefetch target are waiting, and the dead letters keep up.
+// fetch reads the source into p.fetched while the in-flight bound has
+// room, fewer than the prefetch target are waiting, and the dead letters
+// keep up.
 func (p *Pipeline) fetch(ctx context.Context) {
 	if p.cfg.Start != nil {
 		select {
@@ -24,23 +25,23 @@ func (p *Pipeline) fetch(ctx context.Context) {
 		}
 	}
 	for {
-		for int64(len(p.fetched)) >= max(p.prefetch.Load(), 1) || p.letters.len() >= maxLetterBacklog {
+		for int64(len(p.fetched)) >= max(p.prefetch.Load(), 1) || p.letters.len() >= maxLetterBacklog || !p.inFlight.room() {
+			if p.inFlight.held.Load() {
+				// As far as it can fill: a slice waiting to settle
+				// need not wait longer.
+				p.signalFilled()
+			}
 			select {
 			case <-p.wake:
+			case <-p.inFlight.freed:
 			case <-ctx.Done():
 				return
 			}
-		}
-		select {
-		case p.slots <- struct{}{}:
-		case <-ctx.Done():
-			return
 		}
 		p.demand.fetchingSince.Store(time.Now().UnixNano())
 		rec, err := p.p.Source.Fetch(ctx)
 		p.demand.fetchingSince.Store(0)
 		if err != nil {
-			<-p.slots
 			if ctx.Err() != nil {
 				return
 			}
@@ -56,13 +57,23 @@ func (p *Pipeline) fetch(ctx context.Context) {
 		p.fetchFailing.Store(0)
 		p.c.noteFetch(time.Now())
 		p.demand.started.Store(true)
-		p.fetched <- p.prepare(rec)
+		n := recordBytes(rec)
+		p.inFlight.add(n)
+		it := p.prepare(rec)
+		it.bytes = n
+		p.fetched <- it
 		if int64(len(p.fetched)) >= p.prefetch.Load() {
-			select {
-			case p.filled <- struct{}{}:
-			default:
-			}
+			p.signalFilled()
 		}
+	}
+}
+
+// signalFilled tells a settling slice that the fetcher has filled what it
+// may.
+func (p *Pipeline) signalFilled() {
+	select {
+	case p.filled <- struct{}{}:
+	default:
 	}
 }
 

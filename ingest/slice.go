@@ -126,6 +126,74 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		if !p.dispatch(ctx, writeCtx, writing, units, open, span) {
 			return
 		}
+		if !probe && !p.ranges.active() {
+			// (With hot key ranges in play the budget is left unspent
+			// on purpose: their records wait for their range's rate.)
+			var ok bool
+			if head, ok = p.topUp(ctx, writeCtx, writing, open, budget, spent, head); !ok {
+				return
+			}
+		}
+	}
+}
+
+// topUp goes on spending a slice opened at open with budget units, spent
+// of them sent, while its time lasts: the records fetched since it opened
+// are taken and sent at the budget's rate. Without it, what a slice sends
+// would be bounded by what was in flight when it opened, and the pipeline
+// by that bound ÷ the slice, however fast the sink. Nothing is sent beyond
+// the budget Next gave, so the pacing is the same. It returns the fresh
+// record it could not fit (the new head); ok is false once ctx is done.
+func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup, open time.Time, budget, spent int64, head *item) (_ *item, ok bool) {
+	end := open.Add(p.cfg.Slice)
+	for spent < budget {
+		if head == nil {
+			if head = p.nextFresh(); head == nil {
+				if head, ok = p.awaitUntil(ctx, end); !ok {
+					return nil, false
+				}
+				if head == nil {
+					return nil, true
+				}
+			}
+		}
+		now := time.Now()
+		if paused, _ := p.breaker.paused(); paused || !now.Before(end) || p.ranges.active() {
+			return head, true
+		}
+		var units []*unit
+		var n int64
+		units, head, n = p.take(now, budget-spent, head, false)
+		if len(units) == 0 {
+			return head, true
+		}
+		p.demand.recent.add(now, n)
+		// At the budget's rate: n units take n/budget of the slice.
+		span := min(time.Duration(float64(p.cfg.Slice)*float64(n)/float64(budget)), end.Sub(now))
+		spent += n
+		if !p.dispatch(ctx, writeCtx, writing, units, now, span) {
+			return nil, false
+		}
+	}
+	return head, true
+}
+
+// awaitUntil waits until end for a fetched record that can be sent. ok is
+// false once ctx is done.
+func (p *Pipeline) awaitUntil(ctx context.Context, end time.Time) (it *item, ok bool) {
+	timer := time.NewTimer(max(time.Until(end), 0))
+	defer timer.Stop()
+	for {
+		select {
+		case it = <-p.fetched:
+			if it = p.admit(it); it != nil {
+				return it, true
+			}
+		case <-timer.C:
+			return nil, true
+		case <-ctx.Done():
+			return nil, false
+		}
 	}
 }
 
@@ -321,7 +389,7 @@ func (p *Pipeline) await(ctx context.Context) (it *item, ok bool) {
 func (p *Pipeline) settle(ctx context.Context) {
 	timer := time.NewTimer(settleWait)
 	defer timer.Stop()
-	for int64(len(p.fetched))+1 < p.prefetch.Load() {
+	for int64(len(p.fetched))+1 < p.prefetch.Load() && !p.inFlight.held.Load() {
 		select {
 		case <-p.filled:
 		case <-timer.C:
