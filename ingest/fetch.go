@@ -1,8 +1,8 @@
 package ingest
 
 import (
-	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -62,7 +62,8 @@ func (p *Pipeline) fetch(ctx context.Context) {
 		it := p.prepare(rec)
 		it.bytes = n
 		p.fetched <- it
-		if int64(len(p.fetched)) >= p.prefetch.Load() {
+		if n := len(p.fetched); int64(n) >= p.prefetch.Load() || n+1 >= p.cfg.MaxBatch {
+			// The prefetch target, or a batch, for a slice topping up.
 			p.signalFilled()
 		}
 	}
@@ -81,14 +82,22 @@ func (p *Pipeline) signalFilled() {
 func (p *Pipeline) prepare(rec Record) *item {
 	it := &item{rec: rec}
 	rec.Cost, it.base = p.price(rec.Value)
-	if !IsJSONObject(rec.Value) {
-		it.invalid = fmt.Sprintf("%s: value is not a JSON object", describe(rec))
+	// One pass over the raw bytes checks the value is a JSON object and
+	// reads its ID field; nothing is decoded unless a Processor asks.
+	field := p.cfg.IDField
+	if rec.ID != "" {
+		field = ""
+	}
+	id, err := ScanObject(rec.Value, field)
+	switch {
+	case errors.Is(err, ErrNotObject):
+		it.invalid = fmt.Sprintf("%s: value is %v", describe(rec), err)
+	case err != nil:
+		it.invalid = fmt.Sprintf("%s: %v", describe(rec), err)
 	}
 	if rec.ID == "" {
-		id, err := RecordID(rec.Value, p.cfg.IDField)
-		if err != nil {
+		if id == "" {
 			id = ContentID(rec.Value)
-			it.invalid = cmp.Or(it.invalid, fmt.Sprintf("%s: %v", describe(rec), err))
 		}
 		rec.ID = id
 	}

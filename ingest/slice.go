@@ -95,7 +95,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		open := time.Now()
 		var units []*unit
 		var spent int64
-		units, head, spent = p.take(open, budget, head, probe)
+		units, head, spent = p.take(open, budget, head, probe, 0)
 		if probe && len(units) == 0 {
 			p.breaker.cancelProbe()
 		}
@@ -157,13 +157,16 @@ func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup,
 				}
 			}
 		}
+		if !p.gather(ctx, end) {
+			return nil, false
+		}
 		now := time.Now()
 		if paused, _ := p.breaker.paused(); paused || !now.Before(end) || p.ranges.active() {
 			return head, true
 		}
 		var units []*unit
 		var n int64
-		units, head, n = p.take(now, budget-spent, head, false)
+		units, head, n = p.take(now, budget-spent, head, false, p.cfg.MaxBatch)
 		if len(units) == 0 {
 			return head, true
 		}
@@ -176,6 +179,32 @@ func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup,
 		}
 	}
 	return head, true
+}
+
+// gatherWait bounds how long a slice's top-up waits for a full batch.
+const gatherWait = 5 * time.Millisecond
+
+// gather gives the fetcher up to gatherWait (and no later than end) to
+// queue a full batch beside the head record, so that records fetched while
+// a slice tops up go out in full batches rather than one by one. It stops
+// waiting as soon as the fetcher is held by the in-flight bound. It
+// returns false once ctx is done.
+func (p *Pipeline) gather(ctx context.Context, end time.Time) bool {
+	if len(p.fetched)+1 >= p.cfg.MaxBatch || p.inFlight.held.Load() {
+		return true
+	}
+	timer := time.NewTimer(min(gatherWait, max(time.Until(end), 0)))
+	defer timer.Stop()
+	for len(p.fetched)+1 < p.cfg.MaxBatch && !p.inFlight.held.Load() {
+		select {
+		case <-p.filled:
+		case <-timer.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // awaitUntil waits until end for a fetched record that can be sent. ok is
@@ -199,9 +228,10 @@ func (p *Pipeline) awaitUntil(ctx context.Context, end time.Time) (it *item, ok 
 
 // take returns the units to send in a slice of budget units opened at now:
 // the retries that are due, then fresh records, in batches spread for
-// sendsPerSlice requests. With probe, it takes one unit only. It returns
-// the fresh record it could not fit (the new head) and the units taken.
-func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool) (units []*unit, rest *item, spent int64) {
+// sendsPerSlice requests, or of size records each when size > 0. With
+// probe, it takes one unit only. It returns the fresh record it could not
+// fit (the new head) and the units taken.
+func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool, size int) (units []*unit, rest *item, spent int64) {
 	var fresh []*item
 	for {
 		u := p.popDue(now, budget-spent)
@@ -262,7 +292,9 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool) (un
 	if len(fresh) == 0 {
 		return units, head, spent
 	}
-	size := min(max((len(fresh)+sendsPerSlice-1)/sendsPerSlice, 1), p.cfg.MaxBatch)
+	if size <= 0 {
+		size = min(max((len(fresh)+sendsPerSlice-1)/sendsPerSlice, 1), p.cfg.MaxBatch)
+	}
 	if probe {
 		size = len(fresh)
 	}
