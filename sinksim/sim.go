@@ -1,7 +1,6 @@
 package sinksim
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/json"
@@ -281,19 +280,16 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, sink.WireResponse{Results: []sink.WireResult{}, Error: "read request body: " + err.Error()})
 		return
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(body, &elems); err != nil || elems == nil {
+	elems, err := readBody(body, len(s.cfg.RequiredFields) > 0 || s.cfg.Charge != nil)
+	if err != nil {
 		s.countMalformed()
-		msg := "request body must be a JSON array of {id, cost, value} records"
-		if err != nil {
-			msg += ": " + err.Error()
-		}
-		writeJSON(w, http.StatusBadRequest, sink.WireResponse{Results: []sink.WireResult{}, Error: msg})
+		writeJSON(w, http.StatusBadRequest, sink.WireResponse{Results: []sink.WireResult{},
+			Error: "request body must be a JSON array of {id, cost, value} records: " + err.Error()})
 		return
 	}
 	recs := make([]incoming, len(elems))
-	for i, e := range elems {
-		recs[i] = s.parse(i, e)
+	for i := range elems {
+		recs[i] = s.parse(i, &elems[i])
 	}
 	results, wait := s.admitBatch(recs)
 
@@ -339,19 +335,21 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 // set) when it is not an object with a non-empty string id, an integer cost
 // ≥ 1 and at most Capacity, and a JSON-object value with every required
 // field.
-func (s *Sim) parse(i int, raw json.RawMessage) incoming {
-	var wr sink.WireRecord
-	if err := json.Unmarshal(raw, &wr); err != nil {
-		return incoming{id: wr.ID, reason: fmt.Sprintf("record %d is not a {id, cost, value} object: %v", i, err)}
+func (s *Sim) parse(i int, el *element) incoming {
+	wr := el.rec
+	switch {
+	case !el.object:
+		return incoming{reason: fmt.Sprintf("record %d is not a {id, cost, value} object", i)}
+	case el.typeErr != nil:
+		return incoming{id: wr.ID, reason: fmt.Sprintf("record %d is not a {id, cost, value} object: %v", i, el.typeErr)}
 	}
 	in := incoming{id: wr.ID, key: cmp.Or(wr.Key, wr.ID)}
-	value := bytes.TrimSpace(wr.Value)
 	switch {
 	case wr.ID == "":
 		in.reason = fmt.Sprintf("record %d has no id", i)
-	case len(value) == 0 || string(value) == "null":
+	case el.valueN == 0 || el.first == 'n':
 		in.reason = "record has no value"
-	case value[0] != '{':
+	case el.first != '{':
 		in.reason = "value is not a JSON object"
 	case wr.Cost != nil && *wr.Cost < 1:
 		in.reason = fmt.Sprintf("cost %d is not ≥ 1", *wr.Cost)
@@ -359,13 +357,14 @@ func (s *Sim) parse(i int, raw json.RawMessage) incoming {
 	if in.reason != "" {
 		return in
 	}
+	wr.Value = el.value
 	switch {
 	case s.cfg.Charge != nil:
 		in.cost = int64(math.Ceil(s.cfg.ChargeFactor*float64(s.cfg.Charge.Price(wr.Value)) - 1e-9))
 	case wr.Cost != nil:
 		in.cost = *wr.Cost
 	case s.cfg.Unit == ingest.UnitBytes:
-		in.cost = int64(len(wr.Value))
+		in.cost = int64(el.valueN)
 	default:
 		in.cost = 1
 	}
@@ -375,7 +374,7 @@ func (s *Sim) parse(i int, raw json.RawMessage) incoming {
 	}
 	if len(s.cfg.RequiredFields) > 0 {
 		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(value, &obj); err != nil {
+		if err := json.Unmarshal(wr.Value, &obj); err != nil {
 			in.reason = "value is not a JSON object: " + err.Error()
 			return in
 		}
