@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/pacing"
 	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinksim"
 )
 
 // usgsRows returns the rows of the USGS sample as JSON objects (a column
@@ -132,11 +134,24 @@ func BenchmarkPipeline(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
 		idField string
+		http    bool
 	}{
-		{"id-field", "id"},
-		{"content-hash", ""},
+		{"id-field", "id", false},
+		{"content-hash", "", false},
+		{"id-field-http", "id", true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			var out ingest.Sink = discardSink{}
+			if tc.http {
+				sim, err := sinksim.New(sinksim.Config{Capacity: sinksim.MaxCapacity})
+				require.NoError(b, err)
+				srv := httptest.NewServer(sim.Handler())
+				defer srv.Close()
+				hs, err := sink.NewHTTP(sink.HTTPConfig{URL: srv.URL})
+				require.NoError(b, err)
+				defer hs.Close()
+				out = hs
+			}
 			values := usgsRecords(b, b.N, 1024)
 			src := &sliceSource{values: values, finished: make(chan struct{})}
 			capa := &fixedRate{rate: 1e9}
@@ -144,7 +159,7 @@ func BenchmarkPipeline(b *testing.B) {
 			require.NoError(b, err)
 			dlq := &nopDLQ{}
 			p, err := ingest.NewPipeline(ingest.PipelineConfig{IDField: tc.idField}, ingest.Ports{
-				Source: src, DeadLetters: dlq, Sink: discardSink{}, Retry: sink.Policy{}, Pacer: pacer, Capacity: capa,
+				Source: src, DeadLetters: dlq, Sink: out, Retry: sink.Policy{}, Pacer: pacer, Capacity: capa,
 			})
 			require.NoError(b, err)
 			ctx, cancel := context.WithCancel(b.Context())

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +42,7 @@ func run() int {
 			&cli.IntFlag{Name: "kafka-port", Value: 19092, Usage: "scenario 9 without --real: the `port` of the Kafka broker it starts with scripts/kafka.sh (or uses, when one runs there)", EnvVars: []string{"SLUICE_BENCH_KAFKA_PORT"}},
 			&cli.IntFlag{Name: "reps", Value: 3, Usage: "repetitions of every run shorter than 30 s (the tables show the median)"},
 			&cli.StringFlag{Name: "out", Value: "bench", Usage: "`directory` for results.json and the charts"},
+			&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the whole run to `file` (go tool pprof)"},
 			&cli.Float64Flag{Name: "scale", Value: 1, Usage: "multiplies the sizes of scenarios 5, 6 and 9 (1: the defaults stated in their notes)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -59,6 +61,17 @@ func run() int {
 			}
 			if cfg.Reps < 1 {
 				return cli.Exit("--reps: must be ≥ 1", 2)
+			}
+			if path := c.String("cpu-profile"); path != "" {
+				f, err := os.Create(path)
+				if err != nil {
+					return cli.Exit("--cpu-profile: "+err.Error(), 2)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return cli.Exit("--cpu-profile: "+err.Error(), 2)
+				}
+				defer pprof.StopCPUProfile()
 			}
 			if _, err := bench.Run(c.Context, cfg); err != nil {
 				return cli.Exit("sluice-bench: "+err.Error(), 1)
