@@ -1,6 +1,7 @@
 package sinksim
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/json"
@@ -269,7 +270,7 @@ type incoming struct {
 }
 
 func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes)
 	if err != nil {
 		s.countMalformed()
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
@@ -541,6 +542,18 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v) // the client may be gone; nothing to do
+}
+
+// readAll reads r to its end into a buffer sized for the announced length
+// (when known and within limit), so a large body is not copied as the
+// buffer grows.
+func readAll(r io.Reader, length, limit int64) ([]byte, error) {
+	if length <= 0 || length > limit {
+		return io.ReadAll(r)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, length+bytes.MinRead))
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
 }
 
 // ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0.
