@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,6 +46,7 @@ func run() int {
 			&cli.IntFlag{Name: "reps", Value: 3, Usage: "repetitions of every run shorter than 30 s (the tables show the median)"},
 			&cli.StringFlag{Name: "out", Value: "bench", Usage: "`directory` for results.json and the charts"},
 			&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the whole run to `file` (go tool pprof)"},
+			&cli.StringFlag{Name: "trace", Usage: "write an execution trace of the whole run to `file` (go tool trace)"},
 			&cli.Float64Flag{Name: "scale", Value: 1, Usage: "multiplies the sizes of scenarios 5, 6 and 9 (1: the defaults stated in their notes, 1,000,000 records of 1 KiB for 5)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -74,6 +76,17 @@ func run() int {
 					return cli.Exit("--cpu-profile: "+err.Error(), 2)
 				}
 				defer pprof.StopCPUProfile()
+			}
+			if path := c.String("trace"); path != "" {
+				f, err := os.Create(path)
+				if err != nil {
+					return cli.Exit("--trace: "+err.Error(), 2)
+				}
+				defer f.Close()
+				if err := trace.Start(f); err != nil {
+					return cli.Exit("--trace: "+err.Error(), 2)
+				}
+				defer trace.Stop()
 			}
 			if _, err := bench.Run(c.Context, cfg); err != nil {
 				return cli.Exit("sluice-bench: "+err.Error(), 1)
