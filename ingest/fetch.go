@@ -13,10 +13,16 @@ import (
 // already fetched are still delivered, and no more are taken.
 const maxLetterBacklog = 1000
 
-// fetch reads the source into p.fetched while the in-flight bound has
-// room, fewer than the prefetch target are waiting, and the dead letters
-// keep up.
-func (p *Pipeline) fetch(ctx context.Context) {
+// rawQueue is how many fetched records may wait for prepare.
+const rawQueue = 256
+
+// fetch reads the source while the in-flight bound has room, fewer than
+// the prefetch target are waiting, and the dead letters keep up, and hands
+// what it reads to prepareAll through raw, which it closes when it
+// returns. The two run side by side, so reading the queue and checking
+// records (a pass over every byte) use two cores when there are two.
+func (p *Pipeline) fetch(ctx context.Context, raw chan<- *item) {
+	defer close(raw)
 	if p.cfg.Start != nil {
 		select {
 		case <-p.cfg.Start:
@@ -25,7 +31,7 @@ func (p *Pipeline) fetch(ctx context.Context) {
 		}
 	}
 	for {
-		for int64(len(p.fetched)) >= max(p.prefetch.Load(), 1) || p.letters.len() >= maxLetterBacklog || !p.inFlight.room() {
+		for int64(len(p.fetched)+len(raw)) >= max(p.prefetch.Load(), 1) || p.letters.len() >= maxLetterBacklog || !p.inFlight.room() {
 			if p.inFlight.held.Load() {
 				// As far as it can fill: a slice waiting to settle
 				// need not wait longer.
@@ -57,10 +63,17 @@ func (p *Pipeline) fetch(ctx context.Context) {
 		p.fetchFailing.Store(0)
 		p.c.noteFetch(time.Now())
 		p.demand.started.Store(true)
-		n := recordBytes(rec)
-		p.inFlight.add(n)
-		it := p.prepare(rec)
-		it.bytes = n
+		it := &item{rec: rec, bytes: recordBytes(rec)}
+		p.inFlight.add(it.bytes)
+		raw <- it // never blocks long: prepareAll keeps up or the bound stops the fetcher
+	}
+}
+
+// prepareAll prepares the records fetch reads, in their order, into
+// p.fetched, until raw is closed.
+func (p *Pipeline) prepareAll(raw <-chan *item) {
+	for it := range raw {
+		p.prepare(it)
 		p.fetched <- it
 		if n := len(p.fetched); int64(n) >= p.prefetch.Load() || n+1 >= p.cfg.MaxBatch {
 			// The prefetch target, or a batch, for a slice topping up.
@@ -79,8 +92,8 @@ func (p *Pipeline) signalFilled() {
 }
 
 // prepare validates a fetched record and sets its ID and cost.
-func (p *Pipeline) prepare(rec Record) *item {
-	it := &item{rec: rec}
+func (p *Pipeline) prepare(it *item) {
+	rec := it.rec
 	rec.Cost, it.base = p.price(rec.Value)
 	// One pass over the raw bytes checks the value is a JSON object and
 	// reads its ID field; nothing is decoded unless a Processor asks.
@@ -115,7 +128,6 @@ func (p *Pipeline) prepare(rec Record) *item {
 			describe(rec), rec.Cost, p.cfg.Pricing.Unit, p.cfg.MaxRecordCost)
 	}
 	it.rec = rec
-	return it
 }
 
 // price returns the record's cost: its base price by the pricing rule,

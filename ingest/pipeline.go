@@ -245,7 +245,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	var fetching, writing, background sync.WaitGroup
 	background.Go(func() { p.deadLetters(writeCtx, closing) })
 	background.Go(func() { p.watch(ctx, stop) })
-	fetching.Go(func() { p.fetch(ctx) })
+	raw := make(chan *item, rawQueue)
+	fetching.Go(func() { p.fetch(ctx, raw) })
+	fetching.Go(func() { p.prepareAll(raw) })
 	p.warm(ctx)
 	p.slices(ctx, writeCtx, &writing)
 	fetching.Wait()
