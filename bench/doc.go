@@ -11,7 +11,9 @@
 //   - static: a per-worker golang.org/x/time/rate limiter at capacity ÷ N;
 //   - gcra: a global Redis GCRA limiter (github.com/go-redis/redis_rate/v10),
 //     one call per batch;
-//   - raw: a bare kafka-go FetchMessage + CommitMessages loop (overhead only).
+//   - raw: a bare kafka-go FetchMessage + CommitMessages loop (overhead
+//     only), beside which scenario 5 runs sluice into a discarding sink and
+//     through the emulator, with allocations per record.
 //
 // sluice itself runs with its real components wired as cmd/sluice wires
 // them: queue.Source, lease.Manager, pacing.Pacer, ingest.Worker and
@@ -26,8 +28,8 @@
 // errors, not on slow numbers.
 //
 // Services are embedded by default (kfake for Kafka, miniredis with
-// ClockTTL for Redis), but scenario 9 always uses a real Kafka, which it
-// starts with scripts/kafka.sh on Config.KafkaPort unless Config.Real
-// names one; Config.Real points the harness at a real Kafka and
+// ClockTTL for Redis), but scenarios 5 and 9 always use a real Kafka,
+// which they start with scripts/kafka.sh on Config.KafkaPort unless
+// Config.Real names one; Config.Real points the harness at a real Kafka and
 // Redis instead. The sink is always the in-process emulator.
 package bench

@@ -263,6 +263,16 @@ func setSucceeded(cmd redis.Cmder) bool {
 	return true
 }
 
+// useBrokers points the environment at brokers until the returned func
+// restores the ones it had (a scenario that needs a real Kafka in an
+// embedded run). The dead-letter writer keeps the brokers it was made
+// with.
+func (e *env) useBrokers(brokers []string) (restore func()) {
+	old := e.brokers
+	e.brokers = brokers
+	return func() { e.brokers = old }
+}
+
 // redisClient returns a new client of the run's Redis with probe hooked in.
 func (e *env) redisClient(probe *redisProbe) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: e.redisAddr})

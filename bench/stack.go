@@ -38,6 +38,7 @@ type workerSpec struct {
 	topic, group string
 	records      int64
 	processor    ingest.Processor // e.g. a sink key rule; nil: none
+	sink         ingest.Sink      // instead of the emulator over HTTP; nil: the emulator
 }
 
 // newSluiceWorker builds a worker. With start set the worker leases ahead
@@ -54,15 +55,17 @@ func (e *env) newSluiceWorker(ctx context.Context, spec workerSpec, pool lease.P
 	if _, err := lease.EnsurePool(ctx, client, "", pool); err != nil {
 		return nil, err
 	}
-	httpSink, err := sink.NewHTTP(sink.HTTPConfig{URL: sinkURL, Timeout: requestTimeout})
-	if err != nil {
-		return nil, err
+	var target ingest.Sink = spec.sink
+	if target == nil {
+		if target, err = sink.NewHTTP(sink.HTTPConfig{URL: sinkURL, Timeout: requestTimeout}); err != nil {
+			return nil, err
+		}
 	}
 	dlq, err := e.deadLetters()
 	if err != nil {
 		return nil, err
 	}
-	t := newTally(httpSink, epoch)
+	t := newTally(target, epoch)
 	w, err := worker.New(worker.Config{
 		Brokers:     e.brokers,
 		Topic:       spec.topic,

@@ -17,9 +17,10 @@ const (
 	DefaultMaxBatch = 100
 	// DefaultConcurrency is the most sink requests in flight: 16.
 	DefaultConcurrency = 16
-	// DefaultMaxInFlight is the most records fetched and not finished:
-	// 10,000.
-	DefaultMaxInFlight = 10_000
+	// DefaultMaxInFlightBytes is the most bytes of records fetched and not
+	// finished: 64 MiB (at most 262,144 records, each counted at least
+	// RecordOverhead bytes).
+	DefaultMaxInFlightBytes = 64 << 20
 	// DefaultGrace is how long in-flight writes may go on at shutdown: 10 s.
 	DefaultGrace = 10 * time.Second
 	// DefaultReadyAfter is how long a failure (sink paused, dead-letter

@@ -9,9 +9,17 @@
 // retryable results (each attempt is charged to the budget again),
 // dead-letters the records the sink refused for good through a bounded
 // queue of its own, and marks every finished record Done so the Source can
-// commit. It fetches nothing while its in-flight window is full, so memory
-// does not grow with the backlog, and a crash loses nothing: unfinished
-// records are still in the queue.
+// commit. It fetches nothing while the bytes of the records in flight
+// reach PipelineConfig.MaxInFlightBytes, so memory does not grow with the
+// backlog, and a crash loses nothing: unfinished records are still in the
+// queue. That bound limits memory, not the rate: a slice whose budget is
+// left once it has sent what was fetched goes on sending records as they
+// arrive, within the budget, until the slice is over.
+//
+// Each fetched record is read once, from its raw bytes (ScanObject): the
+// pass checks that it is one JSON object and takes its ID field, without
+// decoding the other fields. Only a record type's Processor (a schema, a
+// sink key template) decodes a record whole.
 //
 // Every sink answer is classified by its scope. A verdict about one record
 // dead-letters that record; a failure of the whole request or of the sink

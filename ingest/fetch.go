@@ -1,8 +1,8 @@
 package ingest
 
 import (
-	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -13,9 +13,16 @@ import (
 // already fetched are still delivered, and no more are taken.
 const maxLetterBacklog = 1000
 
-// fetch reads the source into p.fetched while there are free slots, fewer
-// than the prefetch target are waiting, and the dead letters keep up.
-func (p *Pipeline) fetch(ctx context.Context) {
+// rawQueue is how many fetched records may wait for prepare.
+const rawQueue = 256
+
+// fetch reads the source while the in-flight bound has room, fewer than
+// the prefetch target are waiting, and the dead letters keep up, and hands
+// what it reads to prepareAll through raw, which it closes when it
+// returns. The two run side by side, so reading the queue and checking
+// records (a pass over every byte) use two cores when there are two.
+func (p *Pipeline) fetch(ctx context.Context, raw chan<- *item) {
+	defer close(raw)
 	if p.cfg.Start != nil {
 		select {
 		case <-p.cfg.Start:
@@ -24,23 +31,23 @@ func (p *Pipeline) fetch(ctx context.Context) {
 		}
 	}
 	for {
-		for int64(len(p.fetched)) >= max(p.prefetch.Load(), 1) || p.letters.len() >= maxLetterBacklog {
+		for int64(len(p.fetched)+len(raw)) >= max(p.prefetch.Load(), 1) || p.letters.len() >= maxLetterBacklog || !p.inFlight.room() {
+			if p.inFlight.held.Load() {
+				// As far as it can fill: a slice waiting to settle
+				// need not wait longer.
+				p.signalFilled()
+			}
 			select {
 			case <-p.wake:
+			case <-p.inFlight.freed:
 			case <-ctx.Done():
 				return
 			}
-		}
-		select {
-		case p.slots <- struct{}{}:
-		case <-ctx.Done():
-			return
 		}
 		p.demand.fetchingSince.Store(time.Now().UnixNano())
 		rec, err := p.p.Source.Fetch(ctx)
 		p.demand.fetchingSince.Store(0)
 		if err != nil {
-			<-p.slots
 			if ctx.Err() != nil {
 				return
 			}
@@ -56,28 +63,54 @@ func (p *Pipeline) fetch(ctx context.Context) {
 		p.fetchFailing.Store(0)
 		p.c.noteFetch(time.Now())
 		p.demand.started.Store(true)
-		p.fetched <- p.prepare(rec)
-		if int64(len(p.fetched)) >= p.prefetch.Load() {
-			select {
-			case p.filled <- struct{}{}:
-			default:
-			}
+		it := &item{rec: rec, bytes: recordBytes(rec)}
+		p.inFlight.add(it.bytes)
+		raw <- it // never blocks long: prepareAll keeps up or the bound stops the fetcher
+	}
+}
+
+// prepareAll prepares the records fetch reads, in their order, into
+// p.fetched, until raw is closed.
+func (p *Pipeline) prepareAll(raw <-chan *item) {
+	for it := range raw {
+		p.prepare(it)
+		p.fetched <- it
+		if n := len(p.fetched); int64(n) >= p.prefetch.Load() || n+1 >= p.cfg.MaxBatch {
+			// The prefetch target, or a batch, for a slice topping up.
+			p.signalFilled()
 		}
 	}
 }
 
+// signalFilled tells a settling slice that the fetcher has filled what it
+// may.
+func (p *Pipeline) signalFilled() {
+	select {
+	case p.filled <- struct{}{}:
+	default:
+	}
+}
+
 // prepare validates a fetched record and sets its ID and cost.
-func (p *Pipeline) prepare(rec Record) *item {
-	it := &item{rec: rec}
+func (p *Pipeline) prepare(it *item) {
+	rec := it.rec
 	rec.Cost, it.base = p.price(rec.Value)
-	if !IsJSONObject(rec.Value) {
-		it.invalid = fmt.Sprintf("%s: value is not a JSON object", describe(rec))
+	// One pass over the raw bytes checks the value is a JSON object and
+	// reads its ID field; nothing is decoded unless a Processor asks.
+	field := p.cfg.IDField
+	if rec.ID != "" {
+		field = ""
+	}
+	id, err := ScanObject(rec.Value, field)
+	switch {
+	case errors.Is(err, ErrNotObject):
+		it.invalid = fmt.Sprintf("%s: value is %v", describe(rec), err)
+	case err != nil:
+		it.invalid = fmt.Sprintf("%s: %v", describe(rec), err)
 	}
 	if rec.ID == "" {
-		id, err := RecordID(rec.Value, p.cfg.IDField)
-		if err != nil {
+		if id == "" {
 			id = ContentID(rec.Value)
-			it.invalid = cmp.Or(it.invalid, fmt.Sprintf("%s: %v", describe(rec), err))
 		}
 		rec.ID = id
 	}
@@ -95,7 +128,6 @@ func (p *Pipeline) prepare(rec Record) *item {
 			describe(rec), rec.Cost, p.cfg.Pricing.Unit, p.cfg.MaxRecordCost)
 	}
 	it.rec = rec
-	return it
 }
 
 // price returns the record's cost: its base price by the pricing rule,

@@ -18,8 +18,8 @@ const (
 )
 
 // letterQueue holds the records waiting for the dead-letter topic. Its
-// length is bounded by MaxInFlight (each record keeps its slot until it is
-// stored) and the fetcher pauses at maxLetterBacklog.
+// length is bounded by the in-flight bound (each record counts against it
+// until it is stored) and the fetcher pauses at maxLetterBacklog.
 type letterQueue struct {
 	mu      sync.Mutex
 	pending []letter

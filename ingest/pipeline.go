@@ -29,14 +29,24 @@ type PipelineConfig struct {
 	// Concurrency is the most sink requests in flight at once. Defaults to
 	// DefaultConcurrency (16).
 	Concurrency int
-	// MaxInFlight is the most records fetched but not yet finished
-	// (queued, being written, waiting to be retried or dead-lettered), a
-	// hard bound on memory. Defaults to DefaultMaxInFlight (10,000). Short
-	// of it, the pipeline keeps only about two slices' budget or half a
-	// second of its leased rate fetched ahead (at least one record, to
-	// sense a backlog), and holds back at most two slices' budget of
-	// records for hot key ranges, so records are dequeued only when there
-	// is capacity to write them and a group rebalance strands few of them.
+	// MaxInFlightBytes bounds memory: the most bytes of records fetched
+	// but not yet finished (queued, being written, waiting to be retried
+	// or dead-lettered), each counted as its key, value and ID plus
+	// RecordOverhead. The fetcher stops while the bound is reached, so one
+	// record may take it past by its own size. Defaults to
+	// DefaultMaxInFlightBytes (64 MiB). Short of it, the pipeline keeps
+	// only about two slices' budget or half a second of its leased rate
+	// fetched ahead (at least one record, to sense a backlog), and holds
+	// back at most two slices' budget of records for hot key ranges, so
+	// records are dequeued only when there is capacity to write them and a
+	// group rebalance strands few of them. It bounds what is in flight at
+	// any instant, not what a slice may send: a slice whose budget is not
+	// used up when it has sent what was fetched goes on taking records as
+	// they are fetched until its budget or its time is used.
+	MaxInFlightBytes int64
+	// MaxInFlight, when > 0, also bounds the records fetched but not yet
+	// finished by their number. Default 0: no bound of its own; the byte
+	// bound holds at most MaxInFlightBytes ÷ RecordOverhead records.
 	MaxInFlight int
 	// MaxRecordCost is one second of the whole pool's capacity, in units. A
 	// record costing more can never be written without exceeding the pool,
@@ -86,13 +96,13 @@ type PipelineConfig struct {
 
 // withDefaults fills the zero fields of c and checks the rest.
 func (c PipelineConfig) withDefaults() (PipelineConfig, error) {
-	if c.MaxBatch < 0 || c.Concurrency < 0 || c.MaxInFlight < 0 || c.MaxRecordCost < 0 ||
+	if c.MaxBatch < 0 || c.Concurrency < 0 || c.MaxInFlight < 0 || c.MaxInFlightBytes < 0 || c.MaxRecordCost < 0 ||
 		c.Slice < 0 || c.RequestTimeout < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0 {
 		return c, errors.New("ingest: pipeline limits and durations must not be negative")
 	}
 	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
-	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, DefaultMaxInFlightBytes)
 	c.Slice = cmp.Or(c.Slice, DefaultSlice)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
 	c.Grace = cmp.Or(c.Grace, DefaultGrace)
@@ -103,6 +113,15 @@ func (c PipelineConfig) withDefaults() (PipelineConfig, error) {
 		c.Counters = new(Counters)
 	}
 	return c, nil
+}
+
+// fetchedCap is the most records in flight: MaxInFlight when set, else
+// what the byte bound can hold.
+func (c PipelineConfig) fetchedCap() int {
+	if c.MaxInFlight > 0 {
+		return c.MaxInFlight
+	}
+	return int(max(c.MaxInFlightBytes/RecordOverhead, 1)) + 1
 }
 
 // Ports are the adapters a Pipeline drives. Every field is required.
@@ -124,7 +143,7 @@ type Pipeline struct {
 	log *slog.Logger
 	c   *Counters
 
-	slots    chan struct{} // one per record in flight
+	inFlight inFlight      // records fetched and not finished
 	requests chan struct{} // one per sink request in flight
 	fetched  chan *item    // fetched records waiting for budget
 	prefetch atomic.Int64  // records to keep in fetched
@@ -151,6 +170,7 @@ type Pipeline struct {
 // item is a record in flight.
 type item struct {
 	rec       Record
+	bytes     int64  // what it counts against MaxInFlightBytes, fixed when fetched
 	base      int64  // the record's price by the rule, before the learned charge ratio
 	attempts  int    // attempts the sink answered Retryable, not throttled
 	throttles int    // attempts the sink answered throttled
@@ -172,15 +192,15 @@ func NewPipeline(cfg PipelineConfig, p Ports) (*Pipeline, error) {
 		p:            p,
 		log:          cfg.Logger,
 		c:            cfg.Counters,
-		slots:        make(chan struct{}, cfg.MaxInFlight),
 		requests:     make(chan struct{}, cfg.Concurrency),
-		fetched:      make(chan *item, cfg.MaxInFlight),
+		fetched:      make(chan *item, cfg.fetchedCap()),
 		wake:         make(chan struct{}, 1),
 		filled:       make(chan struct{}, 1),
 		letterErrLog: rate.Sometimes{Interval: 5 * time.Second},
 		fetchErrLog:  rate.Sometimes{Interval: 5 * time.Second},
 		letterLog:    rate.Sometimes{First: 10, Interval: 5 * time.Second},
 	}
+	pl.inFlight.init(cfg.MaxInFlightBytes, int64(cfg.MaxInFlight))
 	pl.breaker.init(p.Retry, cfg.Logger)
 	pl.ranges.init(cfg.Slice, time.Now(), cfg.Counters, cfg.Logger)
 	pl.letters.init()
@@ -225,7 +245,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	var fetching, writing, background sync.WaitGroup
 	background.Go(func() { p.deadLetters(writeCtx, closing) })
 	background.Go(func() { p.watch(ctx, stop) })
-	fetching.Go(func() { p.fetch(ctx) })
+	raw := make(chan *item, rawQueue)
+	fetching.Go(func() { p.fetch(ctx, raw) })
+	fetching.Go(func() { p.prepareAll(raw) })
 	p.warm(ctx)
 	p.slices(ctx, writeCtx, &writing)
 	fetching.Wait()
@@ -311,7 +333,7 @@ func (c *chargeRatio) factor() float64 {
 func (p *Pipeline) finish(it *item, now time.Time) {
 	p.p.Source.Done(it.rec)
 	p.c.noteDone(now)
-	<-p.slots
+	p.inFlight.release(it.bytes)
 }
 
 // drop lets go of a record the source no longer owns: it is not sent and
@@ -321,7 +343,7 @@ func (p *Pipeline) drop(it *item) {
 	if p.dropped == 1 || p.dropped%1000 == 0 {
 		p.log.Info("records of a reassigned partition dropped unsent", "source", it.rec.Pos.String(), "dropped", p.dropped)
 	}
-	<-p.slots
+	p.inFlight.release(it.bytes)
 }
 
 // describe names a record for logs and dead-letter reasons.

@@ -95,7 +95,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		open := time.Now()
 		var units []*unit
 		var spent int64
-		units, head, spent = p.take(open, budget, head, probe)
+		units, head, spent = p.take(open, budget, head, probe, 0)
 		if probe && len(units) == 0 {
 			p.breaker.cancelProbe()
 		}
@@ -126,14 +126,112 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		if !p.dispatch(ctx, writeCtx, writing, units, open, span) {
 			return
 		}
+		if !probe && !p.ranges.active() {
+			// (With hot key ranges in play the budget is left unspent
+			// on purpose: their records wait for their range's rate.)
+			var ok bool
+			if head, ok = p.topUp(ctx, writeCtx, writing, open, budget, spent, head); !ok {
+				return
+			}
+		}
+	}
+}
+
+// topUp goes on spending a slice opened at open with budget units, spent
+// of them sent, while its time lasts: the records fetched since it opened
+// are taken and sent at the budget's rate. Without it, what a slice sends
+// would be bounded by what was in flight when it opened, and the pipeline
+// by that bound ÷ the slice, however fast the sink. Nothing is sent beyond
+// the budget Next gave, so the pacing is the same. It returns the fresh
+// record it could not fit (the new head); ok is false once ctx is done.
+func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup, open time.Time, budget, spent int64, head *item) (_ *item, ok bool) {
+	end := open.Add(p.cfg.Slice)
+	for spent < budget {
+		if head == nil {
+			if head = p.nextFresh(); head == nil {
+				if head, ok = p.awaitUntil(ctx, end); !ok {
+					return nil, false
+				}
+				if head == nil {
+					return nil, true
+				}
+			}
+		}
+		if !p.gather(ctx, end) {
+			return nil, false
+		}
+		now := time.Now()
+		if paused, _ := p.breaker.paused(); paused || !now.Before(end) || p.ranges.active() {
+			return head, true
+		}
+		var units []*unit
+		var n int64
+		units, head, n = p.take(now, budget-spent, head, false, p.cfg.MaxBatch)
+		if len(units) == 0 {
+			return head, true
+		}
+		p.demand.recent.add(now, n)
+		// At the budget's rate: n units take n/budget of the slice.
+		span := min(time.Duration(float64(p.cfg.Slice)*float64(n)/float64(budget)), end.Sub(now))
+		spent += n
+		if !p.dispatch(ctx, writeCtx, writing, units, now, span) {
+			return nil, false
+		}
+	}
+	return head, true
+}
+
+// gatherWait bounds how long a slice's top-up waits for a full batch.
+const gatherWait = 5 * time.Millisecond
+
+// gather gives the fetcher up to gatherWait (and no later than end) to
+// queue a full batch beside the head record, so that records fetched while
+// a slice tops up go out in full batches rather than one by one. It stops
+// waiting as soon as the fetcher is held by the in-flight bound. It
+// returns false once ctx is done.
+func (p *Pipeline) gather(ctx context.Context, end time.Time) bool {
+	if len(p.fetched)+1 >= p.cfg.MaxBatch || p.inFlight.held.Load() {
+		return true
+	}
+	timer := time.NewTimer(min(gatherWait, max(time.Until(end), 0)))
+	defer timer.Stop()
+	for len(p.fetched)+1 < p.cfg.MaxBatch && !p.inFlight.held.Load() {
+		select {
+		case <-p.filled:
+		case <-timer.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// awaitUntil waits until end for a fetched record that can be sent. ok is
+// false once ctx is done.
+func (p *Pipeline) awaitUntil(ctx context.Context, end time.Time) (it *item, ok bool) {
+	timer := time.NewTimer(max(time.Until(end), 0))
+	defer timer.Stop()
+	for {
+		select {
+		case it = <-p.fetched:
+			if it = p.admit(it); it != nil {
+				return it, true
+			}
+		case <-timer.C:
+			return nil, true
+		case <-ctx.Done():
+			return nil, false
+		}
 	}
 }
 
 // take returns the units to send in a slice of budget units opened at now:
 // the retries that are due, then fresh records, in batches spread for
-// sendsPerSlice requests. With probe, it takes one unit only. It returns
-// the fresh record it could not fit (the new head) and the units taken.
-func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool) (units []*unit, rest *item, spent int64) {
+// sendsPerSlice requests, or of size records each when size > 0. With
+// probe, it takes one unit only. It returns the fresh record it could not
+// fit (the new head) and the units taken.
+func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool, size int) (units []*unit, rest *item, spent int64) {
 	var fresh []*item
 	for {
 		u := p.popDue(now, budget-spent)
@@ -194,7 +292,9 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool) (un
 	if len(fresh) == 0 {
 		return units, head, spent
 	}
-	size := min(max((len(fresh)+sendsPerSlice-1)/sendsPerSlice, 1), p.cfg.MaxBatch)
+	if size <= 0 {
+		size = min(max((len(fresh)+sendsPerSlice-1)/sendsPerSlice, 1), p.cfg.MaxBatch)
+	}
 	if probe {
 		size = len(fresh)
 	}
@@ -321,7 +421,7 @@ func (p *Pipeline) await(ctx context.Context) (it *item, ok bool) {
 func (p *Pipeline) settle(ctx context.Context) {
 	timer := time.NewTimer(settleWait)
 	defer timer.Stop()
-	for int64(len(p.fetched))+1 < p.prefetch.Load() {
+	for int64(len(p.fetched))+1 < p.prefetch.Load() && !p.inFlight.held.Load() {
 		select {
 		case <-p.filled:
 		case <-timer.C:

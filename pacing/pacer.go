@@ -302,9 +302,11 @@ func (p *Pacer) Spend(ctx context.Context, units int64) (ingest.Send, error) {
 	for {
 		p.mu.Lock()
 		now := time.Now()
-		p.prune(now)
+		inAccount := p.prune(now)
 		r := p.capped(p.rate(now))
-		if float64(units) <= p.room(now, now, r)+epsilon {
+		// p.room(now, now, r), without a second pass over the account:
+		// every send left in it after the prune is held at now.
+		if float64(units) <= p.credit(now.Add(-p.window), now, now, r)-float64(inAccount)+epsilon {
 			s := p.record(now, units)
 			if !held.IsZero() {
 				p.stats.Held++
@@ -534,16 +536,19 @@ func (p *Pacer) burst(r float64) int {
 	return int(min(max(b, 1), math.MaxInt32))
 }
 
-// prune forgets the sends that have left the account at now.
-func (p *Pacer) prune(now time.Time) {
+// prune forgets the sends that have left the account at now and returns
+// the units of those left in it, all held at now. p.mu is held.
+func (p *Pacer) prune(now time.Time) (held int64) {
 	keep := p.spends[:0]
 	for _, s := range p.spends {
 		if leave, ok := p.leaves(s); !ok || leave.After(now) {
 			keep = append(keep, s)
+			held += s.units
 		}
 	}
 	clear(p.spends[len(keep):])
 	p.spends = keep
+	return held
 }
 
 // epsilon absorbs floating-point error in credit and token arithmetic (the

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/sluicehq/sluice/ingest"
 )
 
@@ -344,50 +346,54 @@ func batchKey(batch []ingest.Record) string {
 }
 
 // encodeBatch writes batch as the wire's JSON array, or with ndjson as one
-// record per line. A record's non-empty SinkKey is sent as "key". A value that is valid
-// JSON is copied byte for byte (so a bytes-unit sink sees the record's
-// length); any other value is sent as a JSON string, which the emulator
-// rejects for that record alone instead of failing the whole request.
-// Cost is omitted when < 1 (the sink then charges its default).
+// record per line, into one buffer sized for it up front: each record's
+// bytes are copied once, with no intermediate encoding. A record's
+// non-empty SinkKey is sent as "key". A value that is valid JSON is copied
+// byte for byte (so a bytes-unit sink sees the record's length); any other
+// value is sent as a JSON string, which the emulator rejects for that
+// record alone instead of failing the whole request. Cost is omitted when
+// < 1 (the sink then charges its default).
 func encodeBatch(batch []ingest.Record, ndjson bool) []byte {
 	n := 2
 	for _, r := range batch {
-		n += len(r.ID) + len(r.Value) + 48
+		n += len(r.ID) + len(r.SinkKey) + len(r.Value) + 64
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, n))
+	buf := make([]byte, 0, n)
 	if !ndjson {
-		buf.WriteByte('[')
+		buf = append(buf, '[')
 	}
 	for i, r := range batch {
 		if i > 0 && !ndjson {
-			buf.WriteByte(',')
+			buf = append(buf, ',')
 		}
-		id, _ := json.Marshal(r.ID) // a string always marshals
-		buf.WriteString(`{"id":`)
-		buf.Write(id)
+		// Invalid UTF-8 is sent as U+FFFD, as encoding/json sends it.
+		buf = append(buf, `{"id":`...)
+		buf, _ = jsontext.AppendQuote(buf, r.ID)
 		if r.SinkKey != "" {
-			key, _ := json.Marshal(r.SinkKey)
-			buf.WriteString(`,"key":`)
-			buf.Write(key)
+			buf = append(buf, `,"key":`...)
+			buf, _ = jsontext.AppendQuote(buf, r.SinkKey)
 		}
 		if r.Cost >= 1 {
-			buf.WriteString(`,"cost":`)
-			buf.WriteString(strconv.FormatInt(r.Cost, 10))
+			buf = append(buf, `,"cost":`...)
+			buf = strconv.AppendInt(buf, r.Cost, 10)
 		}
-		buf.WriteString(`,"value":`)
-		if json.Valid(r.Value) {
-			buf.Write(r.Value)
+		buf = append(buf, `,"value":`...)
+		if jsontext.Value(r.Value).IsValid(lenient...) {
+			buf = append(buf, r.Value...)
 		} else {
-			s, _ := json.Marshal(string(r.Value))
-			buf.Write(s)
+			buf, _ = jsontext.AppendQuote(buf, r.Value)
 		}
-		buf.WriteByte('}')
+		buf = append(buf, '}')
 		if ndjson {
-			buf.WriteByte('\n')
+			buf = append(buf, '\n')
 		}
 	}
 	if !ndjson {
-		buf.WriteByte(']')
+		buf = append(buf, ']')
 	}
-	return buf.Bytes()
+	return buf
 }
+
+// lenient accepts what encoding/json accepts: repeated names and invalid
+// UTF-8 in strings.
+var lenient = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}

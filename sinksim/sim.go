@@ -270,7 +270,7 @@ type incoming struct {
 }
 
 func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes)
 	if err != nil {
 		s.countMalformed()
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
@@ -281,19 +281,16 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, sink.WireResponse{Results: []sink.WireResult{}, Error: "read request body: " + err.Error()})
 		return
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(body, &elems); err != nil || elems == nil {
+	elems, err := readBody(body, len(s.cfg.RequiredFields) > 0 || s.cfg.Charge != nil)
+	if err != nil {
 		s.countMalformed()
-		msg := "request body must be a JSON array of {id, cost, value} records"
-		if err != nil {
-			msg += ": " + err.Error()
-		}
-		writeJSON(w, http.StatusBadRequest, sink.WireResponse{Results: []sink.WireResult{}, Error: msg})
+		writeJSON(w, http.StatusBadRequest, sink.WireResponse{Results: []sink.WireResult{},
+			Error: "request body must be a JSON array of {id, cost, value} records: " + err.Error()})
 		return
 	}
 	recs := make([]incoming, len(elems))
-	for i, e := range elems {
-		recs[i] = s.parse(i, e)
+	for i := range elems {
+		recs[i] = s.parse(i, &elems[i])
 	}
 	results, wait := s.admitBatch(recs)
 
@@ -339,19 +336,21 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 // set) when it is not an object with a non-empty string id, an integer cost
 // ≥ 1 and at most Capacity, and a JSON-object value with every required
 // field.
-func (s *Sim) parse(i int, raw json.RawMessage) incoming {
-	var wr sink.WireRecord
-	if err := json.Unmarshal(raw, &wr); err != nil {
-		return incoming{id: wr.ID, reason: fmt.Sprintf("record %d is not a {id, cost, value} object: %v", i, err)}
+func (s *Sim) parse(i int, el *element) incoming {
+	wr := el.rec
+	switch {
+	case !el.object:
+		return incoming{reason: fmt.Sprintf("record %d is not a {id, cost, value} object", i)}
+	case el.typeErr != nil:
+		return incoming{id: wr.ID, reason: fmt.Sprintf("record %d is not a {id, cost, value} object: %v", i, el.typeErr)}
 	}
 	in := incoming{id: wr.ID, key: cmp.Or(wr.Key, wr.ID)}
-	value := bytes.TrimSpace(wr.Value)
 	switch {
 	case wr.ID == "":
 		in.reason = fmt.Sprintf("record %d has no id", i)
-	case len(value) == 0 || string(value) == "null":
+	case el.valueN == 0 || el.first == 'n':
 		in.reason = "record has no value"
-	case value[0] != '{':
+	case el.first != '{':
 		in.reason = "value is not a JSON object"
 	case wr.Cost != nil && *wr.Cost < 1:
 		in.reason = fmt.Sprintf("cost %d is not ≥ 1", *wr.Cost)
@@ -359,13 +358,14 @@ func (s *Sim) parse(i int, raw json.RawMessage) incoming {
 	if in.reason != "" {
 		return in
 	}
+	wr.Value = el.value
 	switch {
 	case s.cfg.Charge != nil:
 		in.cost = int64(math.Ceil(s.cfg.ChargeFactor*float64(s.cfg.Charge.Price(wr.Value)) - 1e-9))
 	case wr.Cost != nil:
 		in.cost = *wr.Cost
 	case s.cfg.Unit == ingest.UnitBytes:
-		in.cost = int64(len(wr.Value))
+		in.cost = int64(el.valueN)
 	default:
 		in.cost = 1
 	}
@@ -375,7 +375,7 @@ func (s *Sim) parse(i int, raw json.RawMessage) incoming {
 	}
 	if len(s.cfg.RequiredFields) > 0 {
 		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(value, &obj); err != nil {
+		if err := json.Unmarshal(wr.Value, &obj); err != nil {
 			in.reason = "value is not a JSON object: " + err.Error()
 			return in
 		}
@@ -542,6 +542,18 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v) // the client may be gone; nothing to do
+}
+
+// readAll reads r to its end into a buffer sized for the announced length
+// (when known and within limit), so a large body is not copied as the
+// buffer grows.
+func readAll(r io.Reader, length, limit int64) ([]byte, error) {
+	if length <= 0 || length > limit {
+		return io.ReadAll(r)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, length+bytes.MinRead))
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
 }
 
 // ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0.

@@ -120,8 +120,12 @@ type Config struct {
 	// Concurrency is the most sink requests in flight. Defaults to
 	// ingest.DefaultConcurrency (16).
 	Concurrency int
-	// MaxInFlight is the most records fetched and not finished. Defaults to
-	// ingest.DefaultMaxInFlight (10,000).
+	// MaxInFlightBytes bounds memory: the most bytes of records fetched
+	// and not finished (see ingest.PipelineConfig.MaxInFlightBytes).
+	// Defaults to ingest.DefaultMaxInFlightBytes (64 MiB).
+	MaxInFlightBytes int64
+	// MaxInFlight, when > 0, also bounds the records fetched and not
+	// finished by their number. Default 0: the byte bound alone.
 	MaxInFlight int
 	// MaxAttempts is the write attempts per record answered retryable
 	// (throttling and failures of whole requests do not count). Defaults to
@@ -157,7 +161,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.ReadyAfter = cmp.Or(c.ReadyAfter, ingest.DefaultReadyAfter)
 	c.MaxBatch = cmp.Or(c.MaxBatch, ingest.DefaultMaxBatch)
 	c.Concurrency = cmp.Or(c.Concurrency, ingest.DefaultConcurrency)
-	c.MaxInFlight = cmp.Or(c.MaxInFlight, ingest.DefaultMaxInFlight)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, ingest.DefaultMaxInFlightBytes)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, sink.DefaultMaxAttempts)
 	c.Counters = cmp.Or(c.Counters, new(ingest.Counters))
 	c.Logger = cmp.Or(c.Logger, slog.Default())
@@ -175,8 +179,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, invalid("MaxBatch", "must be ≥ 1, got %d", c.MaxBatch)
 	case c.Concurrency < 1:
 		return c, invalid("Concurrency", "must be ≥ 1, got %d", c.Concurrency)
-	case c.MaxInFlight < 1:
-		return c, invalid("MaxInFlight", "must be ≥ 1, got %d", c.MaxInFlight)
+	case c.MaxInFlight < 0:
+		return c, invalid("MaxInFlight", "must not be negative, got %d", c.MaxInFlight)
+	case c.MaxInFlightBytes < ingest.RecordOverhead:
+		return c, invalid("MaxInFlightBytes", "must be ≥ %d (one record's overhead), got %d", ingest.RecordOverhead, c.MaxInFlightBytes)
 	case c.MaxAttempts < 1:
 		return c, invalid("MaxAttempts", "must be ≥ 1, got %d", c.MaxAttempts)
 	case c.Guard < 0 || c.Guard >= c.Slice:
@@ -259,23 +265,24 @@ func New(cfg Config) (_ *Worker, err error) {
 		observe = cfg.Metrics.ObserveWrite(cfg.Pool.Name)
 	}
 	pl, err := ingest.NewPipeline(ingest.PipelineConfig{
-		Pricing:        cfg.Pricing,
-		IDField:        cfg.IDField,
-		MaxBatch:       cfg.MaxBatch,
-		Concurrency:    cfg.Concurrency,
-		MaxInFlight:    cfg.MaxInFlight,
-		MaxRecordCost:  int64(cfg.Pool.Capacity),
-		Slice:          cfg.Slice,
-		RequestTimeout: cfg.RequestTimeout,
-		Grace:          cfg.Grace,
-		ReadyAfter:     cfg.ReadyAfter,
-		StallTimeout:   cfg.StallTimeout,
-		LeaseAhead:     cfg.LeaseAhead,
-		Start:          cfg.Start,
-		Logger:         log,
-		Counters:       cfg.Counters,
-		ObserveWrite:   observe,
-		Processor:      cfg.Processor,
+		Pricing:          cfg.Pricing,
+		IDField:          cfg.IDField,
+		MaxBatch:         cfg.MaxBatch,
+		Concurrency:      cfg.Concurrency,
+		MaxInFlight:      cfg.MaxInFlight,
+		MaxInFlightBytes: cfg.MaxInFlightBytes,
+		MaxRecordCost:    int64(cfg.Pool.Capacity),
+		Slice:            cfg.Slice,
+		RequestTimeout:   cfg.RequestTimeout,
+		Grace:            cfg.Grace,
+		ReadyAfter:       cfg.ReadyAfter,
+		StallTimeout:     cfg.StallTimeout,
+		LeaseAhead:       cfg.LeaseAhead,
+		Start:            cfg.Start,
+		Logger:           log,
+		Counters:         cfg.Counters,
+		ObserveWrite:     observe,
+		Processor:        cfg.Processor,
 	}, ingest.Ports{
 		Source:      src,
 		DeadLetters: cfg.DeadLetters,

@@ -31,6 +31,10 @@ func intFlag(name string, value int, usage string) *cli.IntFlag {
 	return &cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: env(name)}
 }
 
+func int64Flag(name string, value int64, usage string) *cli.Int64Flag {
+	return &cli.Int64Flag{Name: name, Value: value, Usage: usage, EnvVars: env(name)}
+}
+
 func floatFlag(name string, value float64, usage string) *cli.Float64Flag {
 	return &cli.Float64Flag{Name: name, Value: value, Usage: usage, EnvVars: env(name)}
 }
@@ -117,7 +121,8 @@ func pipelineFlags() []cli.Flag {
 		durationFlag("send-guard", pacing.DefaultGuard, "least time a send stays in the pacer's one-second account beyond its answer's arrival, which already bounds when the sink accepted it (the floor of the send-to-accept allowance)"),
 		intFlag("batch-size", ingest.DefaultMaxBatch, "most records per sink request"),
 		intFlag("concurrency", ingest.DefaultConcurrency, "most sink requests in flight at once"),
-		intFlag("max-in-flight", ingest.DefaultMaxInFlight, "most records fetched but not finished; fetching pauses at this many"),
+		int64Flag("max-in-flight-bytes", ingest.DefaultMaxInFlightBytes, "most `bytes` of records fetched but not finished (key, value and ID, plus 256 per record); fetching pauses at this many, which bounds memory"),
+		intFlag("max-in-flight", 0, "most records fetched but not finished, besides --max-in-flight-bytes; 0: no count of its own"),
 		durationFlag("request-timeout", ingest.DefaultRequestTimeout, "deadline of every sink write; the lease safety margin covers it and the sink's own timeouts must fit in it"),
 		durationFlag("grace", ingest.DefaultGrace, "on SIGTERM, how long in-flight writes may finish"),
 		intFlag("max-attempts", sink.DefaultMaxAttempts, "write attempts per record the sink answers retryable before it is dead-lettered (throttling and failures of whole requests never count)"),

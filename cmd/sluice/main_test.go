@@ -139,6 +139,8 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--sink", "rest+http://h/q", "--sink-dead-letter-on", "400,429", path}, "429 is never a verdict"},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--max-dead-letters", "lots", path}, "--max-dead-letters"},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--send-guard", "1s", path}, "--send-guard"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--max-in-flight-bytes", "100", path}, "--max-in-flight-bytes"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--max-in-flight", "-1", path}, "--max-in-flight"},
 		// Unknown commands are usage errors too, with the closest there is.
 		{[]string{"wroker"}, `unknown command "wroker". Did you mean "worker"?`},
 		{[]string{"pool", "list"}, `unknown command "list"`},
