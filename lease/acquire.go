@@ -32,7 +32,7 @@ func (m *Manager) reclaim(ctx context.Context) {
 		names[p] = m.keys.partition(p)
 	}
 	var freed atomic.Int64
-	m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+	m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
 		vals, err := c.MGet(ctx, names...).Result()
 		if err != nil {
 			return err

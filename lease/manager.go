@@ -54,9 +54,19 @@ type Manager struct {
 	wokeAt    time.Time // when the want last rose from nothing (Run loop only)
 	cooling   []cooling // released leases waiting a slice to be unlocked (Run loop only)
 
-	defReadAt time.Time // last successful read of the definition (Run loop only)
-	nextRead  time.Time // when to read it again (Run loop only)
-	events    Events
+	// Change feed (Run loop only, but for the two flags the watchers set).
+	membersDirty atomic.Bool             // the members may have changed since they were read
+	defDirty     atomic.Bool             // the definition may have changed since it was read
+	peers        map[string]announcement // the members as last read; nil until read
+	lastAnn      announcement            // the announcement last published
+	annAt        time.Time               // when it was published; zero: never
+	seenMembers  []int64                 // per client, the members version peers were read at; -1 unknown
+	seenDef      []int64                 // per client, the definition version last read; -1 unknown
+	reportedDef  []int64                 // per client, the definition version its last answer reported
+	membersRead  time.Time               // last successful read of the members
+	defReadAt    time.Time               // last instant the definition was known current: read, or its version confirmed
+	nextRead     time.Time               // when to read the definition again whatever the feed says
+	events       Events
 
 	mu        sync.Mutex
 	demand    float64       // units/s, from SetDemand
@@ -115,16 +125,19 @@ func New(cfg Config, clients ...redis.UniversalClient) (*Manager, error) {
 		pools[i] = goredis.NewPool(c)
 	}
 	return &Manager{
-		cfg:       cfg,
-		keys:      keysFor(cfg.Prefix, cfg.Pool.Name),
-		clients:   clients,
-		rs:        redsync.New(pools...),
-		log:       cfg.Logger.With("pool", cfg.Pool.Name, "worker_id", cfg.WorkerID),
-		opTimeout: min(cfg.RequestTimeout, max(cfg.Pool.TTL/10, 100*time.Millisecond)),
-		wake:      make(chan struct{}, 1),
-		held:      make(map[int]*held),
-		sched:     schedule{pool: cfg.Pool},
-		backlog:   -1,
+		cfg:         cfg,
+		keys:        keysFor(cfg.Prefix, cfg.Pool.Name),
+		clients:     clients,
+		rs:          redsync.New(pools...),
+		log:         cfg.Logger.With("pool", cfg.Pool.Name, "worker_id", cfg.WorkerID),
+		opTimeout:   min(cfg.RequestTimeout, max(cfg.Pool.TTL/10, 100*time.Millisecond)),
+		wake:        make(chan struct{}, 1),
+		held:        make(map[int]*held),
+		sched:       schedule{pool: cfg.Pool},
+		backlog:     -1,
+		seenMembers: unknownVersions(len(clients)),
+		seenDef:     unknownVersions(len(clients)),
+		reportedDef: unknownVersions(len(clients)),
 	}, nil
 }
 
@@ -140,7 +153,8 @@ func (m *Manager) PartitionRate() float64 {
 }
 
 // Pool returns the pool definition in force, as last read from Redis (a
-// live change by SetPool shows here within RenewEvery/2).
+// live change by SetPool shows here at once, or within KeepAlive without
+// the change feed).
 func (m *Manager) Pool() Pool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -308,9 +322,15 @@ func (m *Manager) Run(ctx context.Context) error {
 		return errors.New("lease: Manager.Run called twice")
 	}
 	defer m.shutdown(context.WithoutCancel(ctx))
-	// The definition was checked when the worker started (EnsurePool); it
-	// is read again every RenewEvery/2, first after that long.
-	m.nextRead = time.Now().Add(m.cfg.RenewEvery / 2)
+	var watchers sync.WaitGroup
+	defer watchers.Wait()
+	for _, c := range m.clients {
+		watchers.Go(func() { m.watch(ctx, c) })
+	}
+	// The first announcement finds the versions unknown, so the members
+	// and the definition are read at the first step.
+	m.membersDirty.Store(true)
+	m.defDirty.Store(true)
 	m.reclaim(ctx)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -343,13 +363,26 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	m.ledger.prune(now.Add(-HistoryKeep))
 	m.mu.Unlock()
 
-	m.announce(ctx, me)
+	if changed := !me.sameShare(m.lastAnn) || m.annAt.IsZero(); changed || !now.Before(m.annAt.Add(m.cfg.KeepAlive)) {
+		m.announce(ctx, me, changed)
+	}
+	m.checkDefinition(ctx, now)
+	if !now.Before(m.membersRead.Add(resyncEvery)) {
+		m.membersDirty.Store(true) // a safety net under the change feed
+	}
+	if m.membersDirty.Swap(false) {
+		if !m.readMembers(ctx) {
+			m.membersDirty.Store(true) // again at the next tick
+		}
+	}
 	share := min(me.Want, len(m.Held())) // if the members cannot be read
-	if members, ok := m.members(ctx); ok {
-		members[m.cfg.WorkerID] = me
-		list := make([]member, 0, len(members))
-		for w, a := range members {
-			list = append(list, member{Worker: w, Want: a.Want, Reserved: a.Reserved, Need: a.Need, NeedSince: a.NeedSince})
+	if m.peers != nil {
+		list := make([]member, 0, len(m.peers)+1)
+		list = append(list, member{Worker: m.cfg.WorkerID, Want: me.Want, Reserved: me.Reserved, Need: me.Need, NeedSince: me.NeedSince})
+		for w, a := range m.peers {
+			if w != m.cfg.WorkerID {
+				list = append(list, member{Worker: w, Want: a.Want, Reserved: a.Reserved, Need: a.Need, NeedSince: a.NeedSince})
+			}
 		}
 		parts := m.partitionsNow()
 		share = fairShare(parts, list)[m.cfg.WorkerID]
@@ -378,9 +411,6 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 		m.logErr("lease_reserved", "fewer reserved partitions free than asked; still trying", errReservedShort,
 			"reserved", m.cfg.Reserved, "missing", short)
 	}
-	if !time.Now().Before(m.nextRead) {
-		m.refreshPool(ctx)
-	}
 	return m.nextWait(share)
 }
 
@@ -400,28 +430,73 @@ func (m *Manager) nextWait(share int) time.Duration {
 	for _, c := range m.cooling {
 		wait = min(wait, c.until.Sub(now))
 	}
+	if !m.annAt.IsZero() {
+		wait = min(wait, m.annAt.Add(m.cfg.KeepAlive).Sub(now))
+	}
+	if !m.nextRead.IsZero() {
+		wait = min(wait, m.nextRead.Sub(now))
+	}
 	return max(wait, time.Millisecond)
 }
 
-// announce publishes the worker's demand to every Redis.
-func (m *Manager) announce(ctx context.Context, a announcement) {
-	m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-		return announce(ctx, c, m.keys, m.cfg.WorkerID, a, m.cfg.MemberTTL)
+// announce publishes the worker's announcement to every Redis and notes
+// from the answers whether the members or the definition changed unseen.
+func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
+	start := time.Now()
+	got := make([]*versions, len(m.clients))
+	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
+		v, err := announce(ctx, c, m.keys, m.cfg.WorkerID, a, m.cfg.MemberTTL, changed)
+		if err == nil {
+			got[i] = &v
+		}
+		return err
 	}, "lease_announce", "demand announcement failed")
+	if n == 0 {
+		return // again at the next tick
+	}
+	m.lastAnn, m.annAt = a, start
+	confirmed := false
+	for i, v := range got {
+		if v == nil {
+			continue
+		}
+		want := m.seenMembers[i]
+		if changed && want >= 0 {
+			want++ // this announcement's own change
+		}
+		if want < 0 || v.members != want || v.removed > 0 {
+			m.membersDirty.Store(true)
+		} else {
+			m.seenMembers[i] = v.members
+		}
+		m.reportedDef[i] = v.def
+		if v.def == m.seenDef[i] {
+			confirmed = true
+		} else {
+			m.defDirty.Store(true)
+		}
+	}
+	if confirmed {
+		m.defReadAt = start
+	}
 }
 
-// members returns the union of the live members of every Redis that
-// answered (the larger want wins); ok is false when none answered.
-func (m *Manager) members(ctx context.Context) (map[string]announcement, bool) {
+// readMembers reads the members from every Redis into m.peers (the union;
+// the larger want wins); false when none answered.
+func (m *Manager) readMembers(ctx context.Context) bool {
 	var (
 		mu  sync.Mutex
 		out = map[string]announcement{}
+		ver = make([]int64, len(m.clients))
 	)
-	n := m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-		got, err := readMembers(ctx, c, m.keys, true)
+	start := time.Now()
+	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
+		got, v, err := readMembers(ctx, c, m.keys)
 		if err != nil {
+			ver[i] = -1
 			return err
 		}
+		ver[i] = v
 		mu.Lock()
 		defer mu.Unlock()
 		for w, a := range got {
@@ -431,12 +506,19 @@ func (m *Manager) members(ctx context.Context) (map[string]announcement, bool) {
 		}
 		return nil
 	}, "lease_members", "member lookup failed")
-	return out, n > 0
+	if n == 0 {
+		return false
+	}
+	for i, v := range ver {
+		m.seenMembers[i] = v // -1 where it failed: read again after its next announcement
+	}
+	m.peers, m.membersRead = out, start
+	return true
 }
 
 // each runs f on every client concurrently, each under the operation
 // timeout, logs failures, and returns how many succeeded.
-func (m *Manager) each(ctx context.Context, f func(context.Context, redis.UniversalClient) error, key, msg string) int {
+func (m *Manager) each(ctx context.Context, f func(ctx context.Context, i int, c redis.UniversalClient) error, key, msg string) int {
 	var (
 		wg sync.WaitGroup
 		ok atomic.Int32
@@ -445,7 +527,7 @@ func (m *Manager) each(ctx context.Context, f func(context.Context, redis.Univer
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, m.opTimeout)
 			defer cancel()
-			if err := f(cctx, c); err != nil {
+			if err := f(cctx, i, c); err != nil {
 				if ctx.Err() == nil {
 					m.logErr(key, msg, err, "redis", i)
 				}
@@ -475,7 +557,7 @@ func (m *Manager) shutdown(ctx context.Context) {
 	time.Sleep(m.cfg.Slice)
 	m.unlock(ctx, hs)
 	m.unlockCooled(ctx, true)
-	m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+	m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
 		return withdraw(ctx, c, m.keys, m.cfg.WorkerID)
 	}, "lease_withdraw", "member withdrawal failed")
 	m.log.Info("leases released", "partitions", len(hs))
