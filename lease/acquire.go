@@ -54,9 +54,16 @@ func (m *Manager) reclaim(ctx context.Context) {
 }
 
 // acquire tries to lock up to n partitions this worker does not hold,
-// those that look free first, in random order, n at a time, one try each.
-func (m *Manager) acquire(ctx context.Context, n int) {
+// those that look free first, in random order, n at a time, one try each,
+// at most 2n tries in all (when many peers race for the few free
+// partitions, most tries fail; the next attempt comes with the next
+// release), and returns how many it got.
+func (m *Manager) acquire(ctx context.Context, n int) int {
+	want := n
 	cands := m.candidates(ctx)
+	if len(cands) > 2*n {
+		cands = cands[:2*n]
+	}
 	for n > 0 && len(cands) > 0 && ctx.Err() == nil {
 		batch := cands[:min(n, len(cands))]
 		cands = cands[len(batch):]
@@ -72,6 +79,7 @@ func (m *Manager) acquire(ctx context.Context, n int) {
 			}
 		}
 	}
+	return want - n
 }
 
 // tryLock makes one attempt at partition p and, on success, starts counting

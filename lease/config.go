@@ -46,7 +46,8 @@ type Config struct {
 	// taken by a peer.
 	Margin time.Duration
 	// Tick is the period of the acquire / fair-share loop. Default 100 ms.
-	// While below its share with nothing free, the loop retries at Tick/5.
+	// While below its share with nothing free, the loop tries again when a
+	// peer unlocks partitions, or after Tick/5 doubling up to KeepAlive.
 	Tick time.Duration
 	// RenewEvery is how long after its last lock or extend a lease is
 	// extended. Default TTL/3. Margin + RenewEvery must be at most 90 % of

@@ -104,9 +104,12 @@
 // want, a common level), the leftover partitions when the level cannot be
 // equal going to the lowest worker IDs, so shares sum to min(P, Σ wants).
 // A worker releases partitions above its share at once and acquires up to
-// it; below its share with nothing free (a peer has not released yet) it
-// retries after Tick/5. A worker with demand 0 holds nothing after its next
-// tick. Nobody can hoard the pool.
+// it (at most 2 tries per partition it lacks per attempt); below its share
+// with nothing free (a peer has not released yet) it tries again as soon as
+// a peer publishes that it unlocked partitions, and otherwise after Tick/5,
+// doubling up to KeepAlive (the keys of a vanished worker's leases expire
+// silently). A worker with demand 0 holds nothing after its next tick.
+// Nobody can hoard the pool.
 //
 // # Redis cost
 //

@@ -215,6 +215,8 @@ func (m *Manager) watch(ctx context.Context, c redis.UniversalClient) {
 				switch {
 				case v.Payload == "d":
 					m.defDirty.Store(true)
+				case v.Payload == "f":
+					m.freed.Store(true)
 				case v.Payload != own:
 					m.membersDirty.Store(true)
 				default:

@@ -54,7 +54,10 @@ type Manager struct {
 	wokeAt    time.Time // when the want last rose from nothing (Run loop only)
 	cooling   []cooling // released leases waiting a slice to be unlocked (Run loop only)
 
-	// Change feed (Run loop only, but for the two flags the watchers set).
+	// Change feed (Run loop only, but for the flags the watchers set).
+	freed        atomic.Bool             // a peer unlocked partitions since the last acquire
+	acquireWait  time.Duration           // the wait before trying again while below share
+	acquireAt    time.Time               // when to try again while below share
 	membersDirty atomic.Bool             // the members may have changed since they were read
 	defDirty     atomic.Bool             // the definition may have changed since it was read
 	peers        map[string]announcement // the members as last read; nil until read
@@ -402,10 +405,24 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	m.announced = me.Want
 
 	holding := len(m.Held())
-	if holding > share {
+	freed := m.freed.Swap(false)
+	switch {
+	case holding > share:
 		m.release(ctx, holding-share)
-	} else if holding < share {
-		m.acquire(ctx, share-holding)
+	case holding < share && (freed || !now.Before(m.acquireAt)):
+		// Below share: try now, and if nothing was free, again when a peer
+		// says it unlocked partitions, or after Tick/5 doubling up to
+		// KeepAlive (partitions of a vanished worker free themselves
+		// silently when their keys expire).
+		if m.acquire(ctx, share-holding) > 0 || freed {
+			m.acquireWait = m.cfg.Tick / 5
+		} else {
+			m.acquireWait = min(2*max(m.acquireWait, m.cfg.Tick/10), m.cfg.KeepAlive)
+		}
+		m.acquireAt = time.Now().Add(m.acquireWait)
+	}
+	if holding >= share {
+		m.acquireWait, m.acquireAt = 0, time.Time{}
 	}
 	if short := m.ReservedShort(); short > 0 && ctx.Err() == nil {
 		m.logErr("lease_reserved", "fewer reserved partitions free than asked; still trying", errReservedShort,
@@ -414,14 +431,14 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	return m.nextWait(share)
 }
 
-// nextWait is Tick, Tick/5 while below share, or sooner when a renewal is
-// due.
+// nextWait is Tick, or sooner when an acquire attempt, a renewal, an
+// unlock, a keep-alive or a definition read is due.
 func (m *Manager) nextWait(share int) time.Duration {
 	wait := m.cfg.Tick
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.held) < share {
-		wait = m.cfg.Tick / 5
+	if len(m.held) < share && !m.acquireAt.IsZero() {
+		wait = min(wait, time.Until(m.acquireAt))
 	}
 	now := time.Now()
 	for _, h := range m.held {

@@ -220,7 +220,8 @@ func (k keys) membersVersion() string { return k.base + ":mver" }
 func (k keys) defVersion() string     { return k.base + ":dver" }
 
 // changes is the channel membership and definition changes are published
-// on: "m <worker>" or "d".
+// on: "m <worker>" (membership), "d" (SetPool) or "f" (partitions
+// unlocked after a release).
 func (k keys) changes() string { return k.base + ":changes" }
 
 // EnsurePool stores p as the definition of pool p.Name under prefix

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
+	"github.com/redis/go-redis/v9"
 )
 
 // stopCounting removes the given leases from the held set and closes their
@@ -178,7 +179,18 @@ func (m *Manager) unlockCooled(ctx context.Context, all bool) {
 	m.cooling = keep
 	if len(due) > 0 {
 		m.unlock(ctx, due)
+		if !all {
+			m.announceFreed(ctx)
+		}
 	}
+}
+
+// announceFreed tells the peers below their share that partitions were
+// unlocked, so they try at once instead of at their next retry.
+func (m *Manager) announceFreed(ctx context.Context) {
+	m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
+		return c.Publish(ctx, m.keys.changes(), "f").Err()
+	}, "lease_freed", "announcing freed partitions failed")
 }
 
 // unlock deletes the leases' keys, concurrently, each bounded by the
