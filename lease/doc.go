@@ -79,11 +79,15 @@
 // that look free first, in random order, several per tick when the worker
 // is below its share. Several Redis clients passed to New are independent
 // masters; a lock, extend or unlock then needs a quorum of len/2+1. Each
-// lease is extended with ExtendContext RenewEvery (default TTL/3) after its
-// last lock or extend, under a deadline at its counting end. New requires
-// Margin + RenewEvery ≤ 90 % of TTL. On exit Run stops counting every lease,
-// unlocks it (each bounded by RequestTimeout) and withdraws the worker, so
-// peers need not wait out the TTL.
+// lease is extended RenewEvery (default TTL/3) after its last lock or
+// extend, under a deadline at its counting end; leases due within the next
+// RenewEvery/2 are extended with it, so a worker's leases come due together
+// and one script call per Redis extends them all (each key only if it
+// still holds this lease's value, as redsync's extend; the new validity is
+// the call's start + TTL − 1 % of the TTL, as redsync computes it). New
+// requires Margin + RenewEvery ≤ 90 % of TTL. On exit Run stops counting
+// every lease, unlocks it (each bounded by RequestTimeout) and withdraws
+// the worker, so peers need not wait out the TTL.
 //
 // # Reserved capacity
 //
@@ -126,9 +130,10 @@
 // by the next keep-alive, and a Redis user without channel rights still
 // works, learning of changes a keep-alive later. The definition is
 // watched the same way (read again every 30 s, or every RenewEvery/2 for
-// a ramp, whose shared epoch workers with demand keep alive). Each lease
-// costs one extend per RenewEvery. With the defaults an idle worker sends
-// about 0.6 commands/s; a busy one about 0.6/s plus its leases ÷ 5 s.
+// a ramp, whose shared epoch workers with demand keep alive). A worker's
+// leases cost one extend call per Redis per RenewEvery, however many it
+// holds. With the defaults an idle worker sends about 0.6 commands/s, a
+// busy one about 0.8/s.
 //
 // # Redis keys
 //

@@ -190,7 +190,7 @@ func (m *Manager) refreshPool(ctx context.Context) bool {
 
 // watch marks the members or the definition for reading, and wakes the
 // loop, when a change is published on c's change channel, until ctx is
-// done. After a (re)subscription both are read, since messages may have
+// done. After a resubscription both are read, since messages may have
 // been lost meanwhile; a lost message is also caught by the versions the
 // next keep-alive returns. The subscription's connection is checked with
 // a PING after 30 s without a message.
@@ -199,6 +199,7 @@ func (m *Manager) watch(ctx context.Context, c redis.UniversalClient) {
 	defer ps.Close()
 	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(64), redis.WithChannelHealthCheckInterval(30*time.Second))
 	own := "m " + m.cfg.WorkerID
+	subscribed := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -209,6 +210,13 @@ func (m *Manager) watch(ctx context.Context, c redis.UniversalClient) {
 			}
 			switch v := msg.(type) {
 			case *redis.Subscription:
+				if !subscribed {
+					// The first: the first step reads both anyway, and a
+					// change published before the subscription took effect
+					// shows in the versions of the next keep-alive.
+					subscribed = true
+					continue
+				}
 				m.membersDirty.Store(true)
 				m.defDirty.Store(true)
 			case *redis.Message:

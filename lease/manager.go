@@ -366,7 +366,18 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	m.ledger.prune(now.Add(-HistoryKeep))
 	m.mu.Unlock()
 
-	if changed := !me.sameShare(m.lastAnn) || m.annAt.IsZero(); changed || !now.Before(m.annAt.Add(m.cfg.KeepAlive)) {
+	keepAlive := !m.annAt.IsZero() && !now.Before(m.annAt.Add(m.cfg.KeepAlive))
+	if me.Want > 0 && me.Want < m.lastAnn.Want && !m.annAt.IsZero() && !keepAlive {
+		// A fall to a smaller want waits for the keep-alive (a fall to
+		// nothing does not): a demand that wavers between two values, as a
+		// worker's rate-based demand does, costs no announcement, and no
+		// read by every peer, each time it dips. Until then the worker
+		// keeps the share of the want it announced, as its peers compute.
+		me.Want = m.lastAnn.Want
+	}
+	// The first announcement changes the peers' shares only if it wants
+	// partitions (m.lastAnn is the zero announcement until then).
+	if changed := !me.sameShare(m.lastAnn); changed || keepAlive || m.annAt.IsZero() {
 		m.announce(ctx, me, changed)
 	}
 	m.checkDefinition(ctx, now)
@@ -575,7 +586,7 @@ func (m *Manager) shutdown(ctx context.Context) {
 	m.unlock(ctx, hs)
 	m.unlockCooled(ctx, true)
 	m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
-		return withdraw(ctx, c, m.keys, m.cfg.WorkerID)
+		return withdraw(ctx, c, m.keys, m.cfg.WorkerID, m.lastAnn)
 	}, "lease_withdraw", "member withdrawal failed")
 	m.log.Info("leases released", "partitions", len(hs))
 }

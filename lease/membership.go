@@ -30,7 +30,8 @@ import (
 // announceScript writes ARGV[2] as the announcement of worker ARGV[1],
 // live for ARGV[3] ms from ARGV[7] (the worker's clock, Unix ms), and
 // removes the members whose instant passed. When ARGV[4] is "1" (the fair-share fields
-// changed), the member is new, or some were removed, it increments
+// changed), the member is new and ARGV[8] is "1" (it wants partitions), or
+// some were removed, it increments
 // KEYS[3] and publishes "m <worker>" on ARGV[5]. The keys expire after
 // ARGV[6] ms unused. A PUBLISH the ACL refuses (a user without channel
 // rights) is ignored: peers then learn of changes from the versions. It
@@ -39,7 +40,7 @@ import (
 var announceScript = redis.NewScript(`
 local now = tonumber(ARGV[7])
 local changed = ARGV[4] == '1'
-if redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1]) == 1 then changed = true end
+if redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1]) == 1 and ARGV[8] == '1' then changed = true end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 for _, w in ipairs(dead) do
@@ -59,13 +60,17 @@ redis.call('PEXPIRE', KEYS[3], ARGV[6])
 return {v, tonumber(redis.call('GET', KEYS[4]) or '0'), #dead}
 `)
 
-// withdrawScript removes worker ARGV[1], increments KEYS[3] and publishes
-// on ARGV[2].
+// withdrawScript removes worker ARGV[1] and, when ARGV[3] is "1" (it
+// wanted partitions), increments KEYS[3] and publishes on ARGV[2]. A
+// member that wants nothing changes no share, so its arrival and departure
+// are not announced; peers see them at their next read.
 var withdrawScript = redis.NewScript(`
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('INCR', KEYS[3])
-redis.pcall('PUBLISH', ARGV[2], 'm ' .. ARGV[1])
+if ARGV[3] == '1' then
+  redis.call('INCR', KEYS[3])
+  redis.pcall('PUBLISH', ARGV[2], 'm ' .. ARGV[1])
+end
 return 1
 `)
 
@@ -104,11 +109,16 @@ type announcement struct {
 	NeedSince int64   // when it began waiting for Need, Unix ms
 }
 
+// wants reports whether a asks for any partition, so that its arrival or
+// departure changes the peers' shares.
+func (a announcement) wants() bool { return a.Want > 0 || a.Reserved > 0 || a.Need > 0 }
+
 // sameShare reports whether a and b ask for the same fair share: the
 // fields the share is computed from agree (Demand and Backlog are only
-// shown by Status, and refreshed with the keep-alive).
+// shown by Status, and refreshed with the keep-alive; NeedSince orders
+// only needs of more than one partition).
 func (a announcement) sameShare(b announcement) bool {
-	return a.Want == b.Want && a.Reserved == b.Reserved && a.Need == b.Need && a.NeedSince == b.NeedSince
+	return a.Want == b.Want && a.Reserved == b.Reserved && a.Need == b.Need && (a.Need <= 1 || a.NeedSince == b.NeedSince)
 }
 
 // encode writes a as space-separated fields; older workers read the
@@ -155,7 +165,8 @@ type versions struct {
 // fair-share fields differ from the last one published.
 func announce(ctx context.Context, c redis.UniversalClient, k keys, worker string, a announcement, ttl time.Duration, changed bool) (versions, error) {
 	res, err := announceScript.Run(ctx, c, []string{k.live(), k.announcements(), k.membersVersion(), k.defVersion()},
-		worker, a.encode(), ttl.Milliseconds(), boolArg(changed), k.changes(), membersKeyTTL.Milliseconds(), time.Now().UnixMilli()).Int64Slice()
+		worker, a.encode(), ttl.Milliseconds(), boolArg(changed), k.changes(), membersKeyTTL.Milliseconds(), time.Now().UnixMilli(),
+		boolArg(a.wants())).Int64Slice()
 	if err != nil {
 		return versions{}, err
 	}
@@ -165,9 +176,10 @@ func announce(ctx context.Context, c redis.UniversalClient, k keys, worker strin
 	return versions{members: res[0], def: res[1], removed: res[2]}, nil
 }
 
-// withdraw removes worker from the members.
-func withdraw(ctx context.Context, c redis.UniversalClient, k keys, worker string) error {
-	return withdrawScript.Run(ctx, c, []string{k.live(), k.announcements(), k.membersVersion()}, worker, k.changes()).Err()
+// withdraw removes worker, whose last announcement was last, from the
+// members.
+func withdraw(ctx context.Context, c redis.UniversalClient, k keys, worker string, last announcement) error {
+	return withdrawScript.Run(ctx, c, []string{k.live(), k.announcements(), k.membersVersion()}, worker, k.changes(), boolArg(last.wants())).Err()
 }
 
 // readMembers returns the live members, their announcements and the
