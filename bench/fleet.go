@@ -195,8 +195,7 @@ func runFleet(ctx context.Context, cfg fleetConfig) (fleetResult, error) {
 		}
 		return fmt.Sprintf("managers by partitions counted: %v", hist)
 	}
-	await := func(phase string, from time.Time) (time.Duration, error) {
-		before := sent()
+	await := func(phase string, from time.Time, before int64) (time.Duration, error) {
 		deadline := from.Add(cfg.Converge)
 		for !converged() {
 			if time.Now().After(deadline) {
@@ -211,7 +210,7 @@ func runFleet(ctx context.Context, cfg fleetConfig) (fleetResult, error) {
 		return time.Since(from), nil
 	}
 
-	t0 := time.Now()
+	t0, before0 := time.Now(), sent()
 	for i := range cfg.Managers {
 		if err := startOne(i); err != nil {
 			finish()
@@ -219,7 +218,7 @@ func runFleet(ctx context.Context, cfg fleetConfig) (fleetResult, error) {
 		}
 	}
 	var err error
-	if res.StartConverge, err = await("start", t0); err != nil {
+	if res.StartConverge, err = await("start", t0, before0); err != nil {
 		finish()
 		return res, err
 	}
@@ -236,12 +235,12 @@ func runFleet(ctx context.Context, cfg fleetConfig) (fleetResult, error) {
 	res.CommandsPerS = float64(sent()-before) / time.Since(began).Seconds()
 
 	// Join.
-	t1 := time.Now()
+	t1, before1 := time.Now(), sent()
 	if err := startOne(cfg.Managers); err != nil {
 		finish()
 		return res, err
 	}
-	if res.JoinConverge, err = await("join", t1); err != nil {
+	if res.JoinConverge, err = await("join", t1, before1); err != nil {
 		finish()
 		return res, err
 	}
@@ -250,7 +249,7 @@ func runFleet(ctx context.Context, cfg fleetConfig) (fleetResult, error) {
 	mu.Lock()
 	leaver := fleet[0]
 	mu.Unlock()
-	t2 := time.Now()
+	t2, before2 := time.Now(), sent()
 	leaver.cancel()
 	if err := <-leaver.done; err != nil {
 		finish()
@@ -261,7 +260,7 @@ func runFleet(ctx context.Context, cfg fleetConfig) (fleetResult, error) {
 	mu.Unlock()
 	commands.Add(leaver.probe.commands.Load())
 	_ = leaver.client.Close()
-	if res.LeaveConverge, err = await("leave", t2); err != nil {
+	if res.LeaveConverge, err = await("leave", t2, before2); err != nil {
 		finish()
 		return res, err
 	}

@@ -17,9 +17,9 @@ import (
 // 1,000-partition pool against miniredis: the shares converge at the
 // start, after a join and after a leave; the managers' counted leases
 // never sum above the pool at any sampled instant; and the fleet's Redis
-// commands grow with the leases held (1,000 extends per 5 s) and the
-// keep-alives (200 per 1.7 s), not with the tick: 2,000 ticks/s across
-// the fleet would cost thousands of commands per second.
+// commands at steady state are its renewal rounds (one call per manager
+// per 5 s) and keep-alives (one per manager per 1.7 s), about 160/s, not
+// its ticks (2,000/s across the fleet).
 func TestFleetOnMiniredis(t *testing.T) {
 	mr, err := startMiniredis()
 	require.NoError(t, err)
