@@ -1,9 +1,11 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,6 +135,19 @@ func (m *Manager) candidates(ctx context.Context) []int {
 	}
 	m.mu.Unlock()
 	mrand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	if n := m.rankOf; n > 1 {
+		// This worker's own partitions first (p mod n = its rank among the
+		// members, by worker ID): workers that see the same members try
+		// disjoint partitions first, so a crowd that starts or rebalances
+		// together does not race for the same few.
+		own := func(p int) int {
+			if p%n == m.rank {
+				return 0
+			}
+			return 1
+		}
+		slices.SortStableFunc(all, func(a, b int) int { return cmp.Compare(own(a), own(b)) })
+	}
 	names := make([]string, len(all))
 	for i, p := range all {
 		names[i] = m.keys.partition(p)

@@ -58,6 +58,7 @@ type Manager struct {
 	freed        atomic.Bool             // a peer unlocked partitions since the last acquire
 	acquireWait  time.Duration           // the wait before trying again while below share
 	acquireAt    time.Time               // when to try again while below share
+	rank, rankOf int                     // this worker's index among the members by worker ID, and their number
 	membersDirty atomic.Bool             // the members may have changed since they were read
 	defDirty     atomic.Bool             // the definition may have changed since it was read
 	peers        map[string]announcement // the members as last read; nil until read
@@ -400,6 +401,12 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 		}
 		parts := m.partitionsNow()
 		share = fairShare(parts, list)[m.cfg.WorkerID]
+		m.rank, m.rankOf = 0, len(list)
+		for _, w := range list {
+			if w.Worker < m.cfg.WorkerID {
+				m.rank++
+			}
+		}
 		if m.announced == 0 && me.Want > 0 {
 			m.wokeAt = now
 		}
