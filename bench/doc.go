@@ -2,7 +2,10 @@
 // design's "How we measure" section, an eighth on write hotspots (sink
 // key strategies against a range-partitioned emulator) and a ninth on bulk
 // loads of any size (a streamed .csv.gz input, the producer beside a raw
-// kafka-go writer, peak RSS, draining while producing), each run against
+// kafka-go writer, peak RSS, draining while producing), and a tenth on the
+// leases' Redis cost at fleet scale (an idle worker's commands/s, busy
+// workers' commands per 1,000 records, 200 lease managers on one pool),
+// each run against
 // the same sink emulator (sinksim.Sim, served over HTTP on 127.0.0.1) on the same Kafka data,
 // with the alternatives measured in the same run beside sluice:
 //
@@ -30,6 +33,8 @@
 // Services are embedded by default (kfake for Kafka, miniredis with
 // ClockTTL for Redis), but scenarios 5 and 9 always use a real Kafka,
 // which they start with scripts/kafka.sh on Config.KafkaPort unless
-// Config.Real names one; Config.Real points the harness at a real Kafka and
-// Redis instead. The sink is always the in-process emulator.
+// Config.Real names one, and scenario 10 a real redis-server (beside
+// miniredis), which it starts with scripts/redis.sh on Config.RedisPort
+// unless Config.Real names one; Config.Real points the harness at a real
+// Kafka and Redis instead. The sink is always the in-process emulator.
 package bench

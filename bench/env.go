@@ -191,6 +191,7 @@ var errCut = errors.New("bench: Redis unreachable (cut by the benchmark)")
 // the probe sees them as SET NX answered nil.
 type redisProbe struct {
 	commands     atomic.Int64
+	byName       sync.Map // command name (a script call: "evalsha <first 8 of its SHA-1>") → *atomic.Int64
 	lockAttempts atomic.Int64
 	lockFailures atomic.Int64
 	cut          atomic.Bool
@@ -213,7 +214,7 @@ func (p *redisProbe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(errCut)
 			return errCut
 		}
-		p.commands.Add(1)
+		p.count(cmd)
 		err := next(ctx, cmd)
 		if isSetNX(cmd) {
 			p.lockAttempts.Add(1)
@@ -233,9 +234,34 @@ func (p *redisProbe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			}
 			return errCut
 		}
-		p.commands.Add(int64(len(cmds)))
+		for _, c := range cmds {
+			p.count(c)
+		}
 		return next(ctx, cmds)
 	}
+}
+
+// count counts one command sent.
+func (p *redisProbe) count(cmd redis.Cmder) {
+	p.commands.Add(1)
+	name := cmd.Name()
+	if args := cmd.Args(); (name == "evalsha" || name == "eval") && len(args) > 1 {
+		if sha, ok := args[1].(string); ok && name == "evalsha" && len(sha) >= 8 {
+			name += " " + sha[:8]
+		}
+	}
+	n, _ := p.byName.LoadOrStore(name, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+}
+
+// names returns the commands counted by name.
+func (p *redisProbe) names() map[string]int64 {
+	out := map[string]int64{}
+	p.byName.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
 }
 
 func isSetNX(cmd redis.Cmder) bool {
@@ -275,7 +301,7 @@ func (e *env) useBrokers(brokers []string) (restore func()) {
 
 // redisClient returns a new client of the run's Redis with probe hooked in.
 func (e *env) redisClient(probe *redisProbe) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: e.redisAddr})
+	c := redis.NewClient(&redis.Options{Addr: e.redisAddr, DisableIdentity: true}) // as lease.OpenRedis
 	if probe != nil {
 		c.AddHook(probe)
 	}

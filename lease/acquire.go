@@ -1,9 +1,11 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +34,7 @@ func (m *Manager) reclaim(ctx context.Context) {
 		names[p] = m.keys.partition(p)
 	}
 	var freed atomic.Int64
-	m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+	m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
 		vals, err := c.MGet(ctx, names...).Result()
 		if err != nil {
 			return err
@@ -54,9 +56,16 @@ func (m *Manager) reclaim(ctx context.Context) {
 }
 
 // acquire tries to lock up to n partitions this worker does not hold,
-// those that look free first, in random order, n at a time, one try each.
-func (m *Manager) acquire(ctx context.Context, n int) {
+// those that look free first, in random order, n at a time, one try each,
+// at most 2n tries in all (when many peers race for the few free
+// partitions, most tries fail; the next attempt comes with the next
+// release), and returns how many it got.
+func (m *Manager) acquire(ctx context.Context, n int) int {
+	want := n
 	cands := m.candidates(ctx)
+	if len(cands) > 2*n {
+		cands = cands[:2*n]
+	}
 	for n > 0 && len(cands) > 0 && ctx.Err() == nil {
 		batch := cands[:min(n, len(cands))]
 		cands = cands[len(batch):]
@@ -72,6 +81,7 @@ func (m *Manager) acquire(ctx context.Context, n int) {
 			}
 		}
 	}
+	return want - n
 }
 
 // tryLock makes one attempt at partition p and, on success, starts counting
@@ -125,6 +135,19 @@ func (m *Manager) candidates(ctx context.Context) []int {
 	}
 	m.mu.Unlock()
 	mrand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	if n := m.rankOf; n > 1 {
+		// This worker's own partitions first (p mod n = its rank among the
+		// members, by worker ID): workers that see the same members try
+		// disjoint partitions first, so a crowd that starts or rebalances
+		// together does not race for the same few.
+		own := func(p int) int {
+			if p%n == m.rank {
+				return 0
+			}
+			return 1
+		}
+		slices.SortStableFunc(all, func(a, b int) int { return cmp.Compare(own(a), own(b)) })
+	}
 	names := make([]string, len(all))
 	for i, p := range all {
 		names[i] = m.keys.partition(p)

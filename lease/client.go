@@ -234,6 +234,9 @@ func (cfg RedisConfig) options(addr string, base *tls.Config) (*redis.Options, e
 			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 	}
+	// CLIENT SETINFO labels a connection in CLIENT LIST only, and costs two
+	// commands on every new connection.
+	o.DisableIdentity = true
 	if o.Username == "" {
 		o.Username = cfg.Username
 	}
@@ -282,6 +285,7 @@ func sentinelClients(cfg RedisConfig, base *tls.Config) ([]redis.UniversalClient
 		Password:         cfg.Password,
 		DB:               cfg.DB,
 		TLSConfig:        base,
+		DisableIdentity:  true,
 	})
 	desc := fmt.Sprintf("sentinel master %q via %s", cfg.SentinelMaster, strings.Join(cfg.SentinelAddrs, ","))
 	if cfg.Username != "" {

@@ -46,17 +46,26 @@ type Config struct {
 	// taken by a peer.
 	Margin time.Duration
 	// Tick is the period of the acquire / fair-share loop. Default 100 ms.
-	// While below its share with nothing free, the loop retries at Tick/5.
+	// While below its share with nothing free, the loop tries again when a
+	// peer unlocks partitions, or after Tick/5 doubling up to KeepAlive.
 	Tick time.Duration
 	// RenewEvery is how long after its last lock or extend a lease is
 	// extended. Default TTL/3. Margin + RenewEvery must be at most 90 % of
 	// the TTL, so a renewal has time to complete before the lease stops
 	// counting.
 	RenewEvery time.Duration
-	// MemberTTL is the TTL of the worker's membership key, refreshed every
-	// tick; a worker that vanishes without withdrawing stops being counted
-	// in the fair share after it. Default max(4 × Tick, 1 s).
+	// MemberTTL is how long the worker's announcement stays live without
+	// a keep-alive; a worker that vanishes without withdrawing stops being
+	// counted in the fair share at most a KeepAlive after it. Default
+	// max(4 × Tick, RenewEvery) (5 s with the default 15 s TTL).
 	MemberTTL time.Duration
+	// KeepAlive is how often the worker refreshes an announcement whose
+	// fair-share fields have not changed (a change is announced at once),
+	// and so how often it confirms that neither the members nor the pool
+	// definition changed unseen. Default min(MemberTTL, RenewEvery)/3;
+	// must be < MemberTTL and ≤ RenewEvery/3, so a single failed keep-alive
+	// is retried before the definition counts as unread (RenewEvery/2).
+	KeepAlive time.Duration
 	// Reserved is how many partitions the worker holds for its lifetime,
 	// whatever its demand: acquired at start, renewed, never released for
 	// lack of demand (a failed renewal still drops one at once, and it is
@@ -96,7 +105,10 @@ func (c Config) withDefaults() Config {
 		c.RenewEvery = c.Pool.TTL / 3
 	}
 	if c.MemberTTL == 0 {
-		c.MemberTTL = max(4*c.Tick, time.Second)
+		c.MemberTTL = max(4*c.Tick, c.RenewEvery)
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = min(c.MemberTTL, c.RenewEvery) / 3
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -126,7 +138,7 @@ func (c Config) validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"RequestTimeout", c.RequestTimeout}, {"Slice", c.Slice}, {"Drift", c.Drift}, {"Margin", c.Margin}, {"Tick", c.Tick}, {"RenewEvery", c.RenewEvery}, {"MemberTTL", c.MemberTTL}} {
+	}{{"RequestTimeout", c.RequestTimeout}, {"Slice", c.Slice}, {"Drift", c.Drift}, {"Margin", c.Margin}, {"Tick", c.Tick}, {"RenewEvery", c.RenewEvery}, {"MemberTTL", c.MemberTTL}, {"KeepAlive", c.KeepAlive}} {
 		if d.v <= 0 {
 			return invalid("%s must be > 0, got %v", d.name, d.v)
 		}
@@ -141,6 +153,9 @@ func (c Config) validate() error {
 	}
 	if c.MemberTTL <= c.Tick {
 		return invalid("MemberTTL %v must be > Tick %v, or members flicker", c.MemberTTL, c.Tick)
+	}
+	if c.KeepAlive >= c.MemberTTL || c.KeepAlive > c.RenewEvery/3 {
+		return invalid("KeepAlive %v must be < MemberTTL %v and ≤ RenewEvery/3 (%v)", c.KeepAlive, c.MemberTTL, c.RenewEvery/3)
 	}
 	return nil
 }

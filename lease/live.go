@@ -21,10 +21,12 @@ var ErrSwitchPending = errors.New("lease: a live change is already pending")
 // as the new definition with a Switch that keeps the old values until then,
 // so that the sum of the workers' rates never exceeds the old capacity
 // before the switch nor the new one after it, and no worker uses the
-// new partitions before the others stopped using the old ones. Workers
-// read the definition every RenewEvery/2 and stop counting their leases if they
-// cannot for half a renewal interval, so lead should be at least one
-// renewal interval (TTL/3); SetPool refuses less than a second.
+// new partitions before the others stopped using the old ones. The change
+// is published on the pool's change channel, and workers confirm the
+// definition's version with every keep-alive (at most RenewEvery/3 apart)
+// and stop counting their leases if they cannot for half a renewal
+// interval, so lead should be at least one renewal interval (TTL/3);
+// SetPool refuses less than a second.
 //
 // capacity 0 or partitions 0 keep the stored value. It returns the new
 // definition, or an error wrapping ErrNoPool, ErrInvalidPool,
@@ -59,6 +61,7 @@ func SetPool(ctx context.Context, client redis.UniversalClient, prefix, name str
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, key, data, 0)
+			p.Incr(ctx, keysFor(prefix, name).defVersion())
 			return nil
 		})
 		out = next
@@ -67,7 +70,13 @@ func SetPool(ctx context.Context, client redis.UniversalClient, prefix, name str
 	if errors.Is(err, redis.TxFailedErr) {
 		return Pool{}, fmt.Errorf("lease: pool %q changed concurrently; try again", name)
 	}
-	return out, err
+	if err != nil {
+		return Pool{}, err
+	}
+	// Workers read the definition at once; without channel rights they
+	// see the version at their next keep-alive instead.
+	_ = client.Publish(ctx, keysFor(prefix, name).changes(), "d").Err()
+	return out, nil
 }
 
 // rampEpochScript returns the ramp's shared epoch (Unix ms), creating it as
@@ -86,46 +95,85 @@ end
 return v
 `)
 
-// refreshPool reads the pool definition (and the ramp epoch) from the
-// first Redis that answers, every RenewEvery/2 (each Tick while it fails),
-// so that a live change applies well before its switch. Leases on partitions a pending switch removes stop counting at the
-// switch. If the definition cannot be read for half a renewal interval,
+// resyncEvery is how often a Manager reads the members and a pool
+// definition without a ramp even when the change feed and the versions
+// say nothing changed: a safety net, not the way changes are learnt.
+const resyncEvery = 30 * time.Second
+
+func unknownVersions(n int) []int64 {
+	v := make([]int64, n)
+	for i := range v {
+		v[i] = -1
+	}
+	return v
+}
+
+// checkDefinition reads the definition when the change feed or a version
+// says it changed, or when the safety net is due (every RenewEvery/2 for
+// a ramp, whose shared epoch a worker with demand keeps alive, else every
+// resyncEvery). If the definition has not been known current for half a
+// renewal interval (read, or its version confirmed by an announcement),
 // every lease stops counting: the worker could otherwise miss a switch.
-func (m *Manager) refreshPool(ctx context.Context) {
+func (m *Manager) checkDefinition(ctx context.Context, now time.Time) {
+	if m.defDirty.Swap(false) || !now.Before(m.nextRead) {
+		if !m.refreshPool(ctx) {
+			m.defDirty.Store(true) // again at the next tick
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	stale := time.Since(m.defReadAt)
+	if m.defReadAt.IsZero() || stale <= m.cfg.RenewEvery/2 {
+		return
+	}
+	m.mu.Lock()
+	var hs []*held
+	for _, h := range m.held {
+		hs = append(hs, h)
+	}
+	m.mu.Unlock()
+	if len(hs) > 0 {
+		m.log.Warn("pool definition unread for half a renewal interval; leases stop counting", "stale", stale)
+		m.stopCounting(hs)
+		m.events.lost.Add(int64(len(hs)))
+		m.unlock(ctx, hs)
+	}
+}
+
+// refreshPool reads the pool definition (and the ramp epoch) from the
+// first Redis that answers, so that a live change applies well before its
+// switch. Leases on partitions a pending switch removes stop counting at
+// the switch. It returns false when no Redis answered.
+func (m *Manager) refreshPool(ctx context.Context) bool {
 	now := time.Now()
 	var (
 		p     Pool
 		epoch time.Time
+		ver   int64
 		err   error
+		from  int
 	)
-	for _, c := range m.clients {
-		if p, epoch, err = m.readPool(ctx, c, now); err == nil || ctx.Err() != nil {
+	for i, c := range m.clients {
+		if p, epoch, ver, err = m.readPool(ctx, c, now); err == nil || ctx.Err() != nil {
+			from = i
 			break
 		}
 	}
-	m.nextRead = now // on failure, again at the next tick
 	if err != nil {
-		if ctx.Err() != nil {
-			return
+		if ctx.Err() == nil {
+			m.logErr("lease_pool_read", "pool definition read failed", err)
 		}
-		m.logErr("lease_pool_read", "pool definition read failed", err)
-		if stale := now.Sub(m.defReadAt); !m.defReadAt.IsZero() && stale > m.cfg.RenewEvery/2 {
-			m.mu.Lock()
-			var hs []*held
-			for _, h := range m.held {
-				hs = append(hs, h)
-			}
-			m.mu.Unlock()
-			if len(hs) > 0 {
-				m.log.Warn("pool definition unread for half a renewal interval; leases stop counting", "stale", stale)
-				m.stopCounting(hs)
-				m.events.lost.Add(int64(len(hs)))
-				m.unlock(ctx, hs)
-			}
-		}
-		return
+		return false
 	}
-	m.defReadAt, m.nextRead = now, now.Add(m.cfg.RenewEvery/2)
+	for i := range m.seenDef {
+		m.seenDef[i] = m.reportedDef[i]
+	}
+	m.seenDef[from] = ver
+	m.defReadAt, m.nextRead = now, now.Add(resyncEvery)
+	if p.Ramp.On() {
+		m.nextRead = now.Add(m.cfg.RenewEvery / 2)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	before := m.sched.pool
@@ -137,14 +185,78 @@ func (m *Manager) refreshPool(ctx context.Context) {
 		m.log.Info("pool change scheduled", "at", sw.At, "capacity", p.Capacity, "partitions", p.Partitions,
 			"capacity_before", sw.Capacity, "partitions_before", sw.Partitions)
 	}
+	return true
+}
+
+// watch marks the members or the definition for reading, and wakes the
+// loop, when a change is published on c's change channel, until ctx is
+// done. After a resubscription both are read, since messages may have
+// been lost meanwhile; a lost message is also caught by the versions the
+// next keep-alive returns. The subscription's connection is checked with
+// a PING after 30 s without a message.
+func (m *Manager) watch(ctx context.Context, c redis.UniversalClient) {
+	ps := c.Subscribe(ctx, m.keys.changes())
+	defer ps.Close()
+	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(64), redis.WithChannelHealthCheckInterval(30*time.Second))
+	own := "m " + m.cfg.WorkerID
+	subscribed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg, ok := <-ch:
+			if !ok {
+				return
+			}
+			switch v := msg.(type) {
+			case *redis.Subscription:
+				if !subscribed {
+					// The first: the first step reads both anyway, and a
+					// change published before the subscription took effect
+					// shows in the versions of the next keep-alive.
+					subscribed = true
+					continue
+				}
+				m.membersDirty.Store(true)
+				m.defDirty.Store(true)
+			case *redis.Message:
+				switch {
+				case v.Payload == "d":
+					m.defDirty.Store(true)
+				case v.Payload == "f":
+					m.freed.Store(true)
+				case v.Payload != own:
+					m.membersDirty.Store(true)
+				default:
+					continue
+				}
+			default:
+				continue
+			}
+			select {
+			case m.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // readPool reads the definition and, for a ramp, the shared epoch (zero
 // when the ramp has not started), creating or refreshing the epoch while
 // the worker has demand.
-func (m *Manager) readPool(ctx context.Context, c redis.UniversalClient, now time.Time) (Pool, time.Time, error) {
+func (m *Manager) readPool(ctx context.Context, c redis.UniversalClient, now time.Time) (Pool, time.Time, int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, m.opTimeout)
 	defer cancel()
+	ver, err := c.Get(rctx, m.keys.defVersion()).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Pool{}, time.Time{}, 0, fmt.Errorf("lease: read pool definition version: %w", err)
+	}
+	p, t, err := m.readPoolAt(rctx, c, now)
+	return p, t, ver, err
+}
+
+// readPoolAt is readPool without the version.
+func (m *Manager) readPoolAt(rctx context.Context, c redis.UniversalClient, now time.Time) (Pool, time.Time, error) {
 	p, err := loadPool(rctx, c, m.keys.def())
 	if errors.Is(err, redis.Nil) {
 		// Redis lost its data (restarted without persistence): store the

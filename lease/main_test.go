@@ -302,3 +302,12 @@ func ensurePoolErr(ctx context.Context, c redis.UniversalClient, prefix string, 
 	_, err := EnsurePool(ctx, c, prefix, p)
 	return err
 }
+
+// isMember reports whether worker has a live announcement in the pool.
+func isMember(t *testing.T, c redis.UniversalClient, k keys, worker string) bool {
+	t.Helper()
+	members, _, err := readMembers(context.Background(), c, k)
+	require.NoError(t, err)
+	_, ok := members[worker]
+	return ok
+}

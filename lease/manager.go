@@ -54,9 +54,23 @@ type Manager struct {
 	wokeAt    time.Time // when the want last rose from nothing (Run loop only)
 	cooling   []cooling // released leases waiting a slice to be unlocked (Run loop only)
 
-	defReadAt time.Time // last successful read of the definition (Run loop only)
-	nextRead  time.Time // when to read it again (Run loop only)
-	events    Events
+	// Change feed (Run loop only, but for the flags the watchers set).
+	freed        atomic.Bool             // a peer unlocked partitions since the last acquire
+	acquireWait  time.Duration           // the wait before trying again while below share
+	acquireAt    time.Time               // when to try again while below share
+	rank, rankOf int                     // this worker's index among the members by worker ID, and their number
+	membersDirty atomic.Bool             // the members may have changed since they were read
+	defDirty     atomic.Bool             // the definition may have changed since it was read
+	peers        map[string]announcement // the members as last read; nil until read
+	lastAnn      announcement            // the announcement last published
+	annAt        time.Time               // when it was published; zero: never
+	seenMembers  []int64                 // per client, the members version peers were read at; -1 unknown
+	seenDef      []int64                 // per client, the definition version last read; -1 unknown
+	reportedDef  []int64                 // per client, the definition version its last answer reported
+	membersRead  time.Time               // last successful read of the members
+	defReadAt    time.Time               // last instant the definition was known current: read, or its version confirmed
+	nextRead     time.Time               // when to read the definition again whatever the feed says
+	events       Events
 
 	mu        sync.Mutex
 	demand    float64       // units/s, from SetDemand
@@ -115,16 +129,19 @@ func New(cfg Config, clients ...redis.UniversalClient) (*Manager, error) {
 		pools[i] = goredis.NewPool(c)
 	}
 	return &Manager{
-		cfg:       cfg,
-		keys:      keysFor(cfg.Prefix, cfg.Pool.Name),
-		clients:   clients,
-		rs:        redsync.New(pools...),
-		log:       cfg.Logger.With("pool", cfg.Pool.Name, "worker_id", cfg.WorkerID),
-		opTimeout: min(cfg.RequestTimeout, max(cfg.Pool.TTL/10, 100*time.Millisecond)),
-		wake:      make(chan struct{}, 1),
-		held:      make(map[int]*held),
-		sched:     schedule{pool: cfg.Pool},
-		backlog:   -1,
+		cfg:         cfg,
+		keys:        keysFor(cfg.Prefix, cfg.Pool.Name),
+		clients:     clients,
+		rs:          redsync.New(pools...),
+		log:         cfg.Logger.With("pool", cfg.Pool.Name, "worker_id", cfg.WorkerID),
+		opTimeout:   min(cfg.RequestTimeout, max(cfg.Pool.TTL/10, 100*time.Millisecond)),
+		wake:        make(chan struct{}, 1),
+		held:        make(map[int]*held),
+		sched:       schedule{pool: cfg.Pool},
+		backlog:     -1,
+		seenMembers: unknownVersions(len(clients)),
+		seenDef:     unknownVersions(len(clients)),
+		reportedDef: unknownVersions(len(clients)),
 	}, nil
 }
 
@@ -140,7 +157,8 @@ func (m *Manager) PartitionRate() float64 {
 }
 
 // Pool returns the pool definition in force, as last read from Redis (a
-// live change by SetPool shows here within RenewEvery/2).
+// live change by SetPool shows here at once, or within KeepAlive without
+// the change feed).
 func (m *Manager) Pool() Pool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -308,9 +326,15 @@ func (m *Manager) Run(ctx context.Context) error {
 		return errors.New("lease: Manager.Run called twice")
 	}
 	defer m.shutdown(context.WithoutCancel(ctx))
-	// The definition was checked when the worker started (EnsurePool); it
-	// is read again every RenewEvery/2, first after that long.
-	m.nextRead = time.Now().Add(m.cfg.RenewEvery / 2)
+	var watchers sync.WaitGroup
+	defer watchers.Wait()
+	for _, c := range m.clients {
+		watchers.Go(func() { m.watch(ctx, c) })
+	}
+	// The first announcement finds the versions unknown, so the members
+	// and the definition are read at the first step.
+	m.membersDirty.Store(true)
+	m.defDirty.Store(true)
 	m.reclaim(ctx)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -343,16 +367,46 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	m.ledger.prune(now.Add(-HistoryKeep))
 	m.mu.Unlock()
 
-	m.announce(ctx, me)
+	keepAlive := !m.annAt.IsZero() && !now.Before(m.annAt.Add(m.cfg.KeepAlive))
+	if me.Want > 0 && me.Want < m.lastAnn.Want && !m.annAt.IsZero() && !keepAlive {
+		// A fall to a smaller want waits for the keep-alive (a fall to
+		// nothing does not): a demand that wavers between two values, as a
+		// worker's rate-based demand does, costs no announcement, and no
+		// read by every peer, each time it dips. Until then the worker
+		// keeps the share of the want it announced, as its peers compute.
+		me.Want = m.lastAnn.Want
+	}
+	// The first announcement changes the peers' shares only if it wants
+	// partitions (m.lastAnn is the zero announcement until then).
+	if changed := !me.sameShare(m.lastAnn); changed || keepAlive || m.annAt.IsZero() {
+		m.announce(ctx, me, changed)
+	}
+	m.checkDefinition(ctx, now)
+	if !now.Before(m.membersRead.Add(resyncEvery)) {
+		m.membersDirty.Store(true) // a safety net under the change feed
+	}
+	if m.membersDirty.Swap(false) {
+		if !m.readMembers(ctx) {
+			m.membersDirty.Store(true) // again at the next tick
+		}
+	}
 	share := min(me.Want, len(m.Held())) // if the members cannot be read
-	if members, ok := m.members(ctx); ok {
-		members[m.cfg.WorkerID] = me
-		list := make([]member, 0, len(members))
-		for w, a := range members {
-			list = append(list, member{Worker: w, Want: a.Want, Reserved: a.Reserved, Need: a.Need, NeedSince: a.NeedSince})
+	if m.peers != nil {
+		list := make([]member, 0, len(m.peers)+1)
+		list = append(list, member{Worker: m.cfg.WorkerID, Want: me.Want, Reserved: me.Reserved, Need: me.Need, NeedSince: me.NeedSince})
+		for w, a := range m.peers {
+			if w != m.cfg.WorkerID {
+				list = append(list, member{Worker: w, Want: a.Want, Reserved: a.Reserved, Need: a.Need, NeedSince: a.NeedSince})
+			}
 		}
 		parts := m.partitionsNow()
 		share = fairShare(parts, list)[m.cfg.WorkerID]
+		m.rank, m.rankOf = 0, len(list)
+		for _, w := range list {
+			if w.Worker < m.cfg.WorkerID {
+				m.rank++
+			}
+		}
 		if m.announced == 0 && me.Want > 0 {
 			m.wokeAt = now
 		}
@@ -369,29 +423,40 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	m.announced = me.Want
 
 	holding := len(m.Held())
-	if holding > share {
+	freed := m.freed.Swap(false)
+	switch {
+	case holding > share:
 		m.release(ctx, holding-share)
-	} else if holding < share {
-		m.acquire(ctx, share-holding)
+	case holding < share && (freed || !now.Before(m.acquireAt)):
+		// Below share: try now, and if nothing was free, again when a peer
+		// says it unlocked partitions, or after Tick/5 doubling up to
+		// KeepAlive (partitions of a vanished worker free themselves
+		// silently when their keys expire).
+		if m.acquire(ctx, share-holding) > 0 || freed {
+			m.acquireWait = m.cfg.Tick / 5
+		} else {
+			m.acquireWait = min(2*max(m.acquireWait, m.cfg.Tick/10), m.cfg.KeepAlive)
+		}
+		m.acquireAt = time.Now().Add(m.acquireWait)
+	}
+	if holding >= share {
+		m.acquireWait, m.acquireAt = 0, time.Time{}
 	}
 	if short := m.ReservedShort(); short > 0 && ctx.Err() == nil {
 		m.logErr("lease_reserved", "fewer reserved partitions free than asked; still trying", errReservedShort,
 			"reserved", m.cfg.Reserved, "missing", short)
 	}
-	if !time.Now().Before(m.nextRead) {
-		m.refreshPool(ctx)
-	}
 	return m.nextWait(share)
 }
 
-// nextWait is Tick, Tick/5 while below share, or sooner when a renewal is
-// due.
+// nextWait is Tick, or sooner when an acquire attempt, a renewal, an
+// unlock, a keep-alive or a definition read is due.
 func (m *Manager) nextWait(share int) time.Duration {
 	wait := m.cfg.Tick
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.held) < share {
-		wait = m.cfg.Tick / 5
+	if len(m.held) < share && !m.acquireAt.IsZero() {
+		wait = min(wait, time.Until(m.acquireAt))
 	}
 	now := time.Now()
 	for _, h := range m.held {
@@ -400,28 +465,73 @@ func (m *Manager) nextWait(share int) time.Duration {
 	for _, c := range m.cooling {
 		wait = min(wait, c.until.Sub(now))
 	}
+	if !m.annAt.IsZero() {
+		wait = min(wait, m.annAt.Add(m.cfg.KeepAlive).Sub(now))
+	}
+	if !m.nextRead.IsZero() {
+		wait = min(wait, m.nextRead.Sub(now))
+	}
 	return max(wait, time.Millisecond)
 }
 
-// announce publishes the worker's demand to every Redis.
-func (m *Manager) announce(ctx context.Context, a announcement) {
-	m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-		return announce(ctx, c, m.keys, m.cfg.WorkerID, a, m.cfg.MemberTTL)
+// announce publishes the worker's announcement to every Redis and notes
+// from the answers whether the members or the definition changed unseen.
+func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
+	start := time.Now()
+	got := make([]*versions, len(m.clients))
+	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
+		v, err := announce(ctx, c, m.keys, m.cfg.WorkerID, a, m.cfg.MemberTTL, changed)
+		if err == nil {
+			got[i] = &v
+		}
+		return err
 	}, "lease_announce", "demand announcement failed")
+	if n == 0 {
+		return // again at the next tick
+	}
+	m.lastAnn, m.annAt = a, start
+	confirmed := false
+	for i, v := range got {
+		if v == nil {
+			continue
+		}
+		want := m.seenMembers[i]
+		if changed && want >= 0 {
+			want++ // this announcement's own change
+		}
+		if want < 0 || v.members != want || v.removed > 0 {
+			m.membersDirty.Store(true)
+		} else {
+			m.seenMembers[i] = v.members
+		}
+		m.reportedDef[i] = v.def
+		if v.def == m.seenDef[i] {
+			confirmed = true
+		} else {
+			m.defDirty.Store(true)
+		}
+	}
+	if confirmed {
+		m.defReadAt = start
+	}
 }
 
-// members returns the union of the live members of every Redis that
-// answered (the larger want wins); ok is false when none answered.
-func (m *Manager) members(ctx context.Context) (map[string]announcement, bool) {
+// readMembers reads the members from every Redis into m.peers (the union;
+// the larger want wins); false when none answered.
+func (m *Manager) readMembers(ctx context.Context) bool {
 	var (
 		mu  sync.Mutex
 		out = map[string]announcement{}
+		ver = make([]int64, len(m.clients))
 	)
-	n := m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-		got, err := readMembers(ctx, c, m.keys, true)
+	start := time.Now()
+	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
+		got, v, err := readMembers(ctx, c, m.keys)
 		if err != nil {
+			ver[i] = -1
 			return err
 		}
+		ver[i] = v
 		mu.Lock()
 		defer mu.Unlock()
 		for w, a := range got {
@@ -431,12 +541,19 @@ func (m *Manager) members(ctx context.Context) (map[string]announcement, bool) {
 		}
 		return nil
 	}, "lease_members", "member lookup failed")
-	return out, n > 0
+	if n == 0 {
+		return false
+	}
+	for i, v := range ver {
+		m.seenMembers[i] = v // -1 where it failed: read again after its next announcement
+	}
+	m.peers, m.membersRead = out, start
+	return true
 }
 
 // each runs f on every client concurrently, each under the operation
 // timeout, logs failures, and returns how many succeeded.
-func (m *Manager) each(ctx context.Context, f func(context.Context, redis.UniversalClient) error, key, msg string) int {
+func (m *Manager) each(ctx context.Context, f func(ctx context.Context, i int, c redis.UniversalClient) error, key, msg string) int {
 	var (
 		wg sync.WaitGroup
 		ok atomic.Int32
@@ -445,7 +562,7 @@ func (m *Manager) each(ctx context.Context, f func(context.Context, redis.Univer
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, m.opTimeout)
 			defer cancel()
-			if err := f(cctx, c); err != nil {
+			if err := f(cctx, i, c); err != nil {
 				if ctx.Err() == nil {
 					m.logErr(key, msg, err, "redis", i)
 				}
@@ -475,8 +592,8 @@ func (m *Manager) shutdown(ctx context.Context) {
 	time.Sleep(m.cfg.Slice)
 	m.unlock(ctx, hs)
 	m.unlockCooled(ctx, true)
-	m.each(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-		return withdraw(ctx, c, m.keys, m.cfg.WorkerID)
+	m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
+		return withdraw(ctx, c, m.keys, m.cfg.WorkerID, m.lastAnn)
 	}, "lease_withdraw", "member withdrawal failed")
 	m.log.Info("leases released", "partitions", len(hs))
 }

@@ -11,33 +11,93 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Membership layout: each worker SETs {prefix}:{pool}:m:{worker} to
-// "<want partitions> <demand units/s>" with a short TTL (MemberTTL) every
-// tick, and SADDs its ID to the set {prefix}:{pool}:members in the same
-// transaction. Readers list the set and GET every member key; IDs whose key
-// has expired are removed from the set by the same script, atomically, so a
-// worker is a member exactly while its key lives. The set avoids SCAN,
-// whose cost grows with the whole keyspace.
+// Membership layout: the sorted set {prefix}:{pool}:live scores each
+// worker ID with the instant, in Unix milliseconds of the worker's clock,
+// its announcement expires (clock differences between hosts shift a
+// vanished worker's expiry by as much; the leases do not depend on it); the hash {prefix}:{pool}:ann holds the
+// announcements. A worker announces with one script call when what the
+// fair share reads changes, and again every KeepAlive to stay live. Every
+// announcement also removes the members whose instant has passed. A
+// change of the members (an announcement that changes, a new member, one
+// removed as expired, a withdrawal) increments the counter
+// {prefix}:{pool}:mver and is published on the channel
+// {prefix}:{pool}:changes, so peers read the members only when they
+// changed; the announcement answers with the counters, so a peer that
+// missed a message (a reconnect) learns it at its next keep-alive. Reads
+// and announcements are single script calls whatever the number of
+// members, and the keys are declared, so no SCAN is needed.
 
-// membersScript returns a flat list worker, value, worker, value, ... of
-// the live members of the set KEYS[1] (member keys are ARGV[1]..worker),
-// removing dead ones when ARGV[2] is "1".
+// announceScript writes ARGV[2] as the announcement of worker ARGV[1],
+// live for ARGV[3] ms from ARGV[7] (the worker's clock, Unix ms), and
+// removes the members whose instant passed. When ARGV[4] is "1" (the fair-share fields
+// changed), the member is new and ARGV[8] is "1" (it wants partitions), or
+// some were removed, it increments
+// KEYS[3] and publishes "m <worker>" on ARGV[5]. The keys expire after
+// ARGV[6] ms unused. A PUBLISH the ACL refuses (a user without channel
+// rights) is ignored: peers then learn of changes from the versions. It
+// returns {members version, definition version
+// (KEYS[4], 0 if unset), members removed}.
+var announceScript = redis.NewScript(`
+local now = tonumber(ARGV[7])
+local changed = ARGV[4] == '1'
+if redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1]) == 1 and ARGV[8] == '1' then changed = true end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, w in ipairs(dead) do
+  redis.call('ZREM', KEYS[1], w)
+  redis.call('HDEL', KEYS[2], w)
+end
+local v
+if changed or #dead > 0 then
+  v = redis.call('INCR', KEYS[3])
+  redis.pcall('PUBLISH', ARGV[5], 'm ' .. ARGV[1])
+else
+  v = tonumber(redis.call('GET', KEYS[3]) or '0')
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+redis.call('PEXPIRE', KEYS[3], ARGV[6])
+return {v, tonumber(redis.call('GET', KEYS[4]) or '0'), #dead}
+`)
+
+// withdrawScript removes worker ARGV[1] and, when ARGV[3] is "1" (it
+// wanted partitions), increments KEYS[3] and publishes on ARGV[2]. A
+// member that wants nothing changes no share, so its arrival and departure
+// are not announced; peers see them at their next read.
+var withdrawScript = redis.NewScript(`
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if ARGV[3] == '1' then
+  redis.call('INCR', KEYS[3])
+  redis.pcall('PUBLISH', ARGV[2], 'm ' .. ARGV[1])
+end
+return 1
+`)
+
+// membersScript returns {members version, worker, announcement, worker,
+// announcement, ...} for the members whose instant is after ARGV[1] (Unix
+// ms).
 var membersScript = redis.NewScript(`
-local out = {}
-for _, w in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local v = redis.call('GET', ARGV[1] .. w)
-  if v then
-    out[#out + 1] = w
-    out[#out + 1] = v
-  elseif ARGV[2] == '1' then
-    redis.call('SREM', KEYS[1], w)
+local now = tonumber(ARGV[1])
+local out = {redis.call('GET', KEYS[3]) or '0'}
+local ws = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+for i = 1, #ws, 500 do
+  local part = {}
+  for j = i, math.min(i + 499, #ws) do part[#part + 1] = ws[j] end
+  local vs = redis.call('HMGET', KEYS[2], unpack(part))
+  for j, w in ipairs(part) do
+    if vs[j] then
+      out[#out + 1] = w
+      out[#out + 1] = vs[j]
+    end
   end
 end
 return out
 `)
 
-// membersSetTTL keeps an abandoned pool's member set from living forever.
-const membersSetTTL = 24 * time.Hour
+// membersKeyTTL keeps an abandoned pool's membership keys from living
+// forever.
+const membersKeyTTL = 24 * time.Hour
 
 // announcement is what a worker publishes about itself.
 type announcement struct {
@@ -47,6 +107,18 @@ type announcement struct {
 	Backlog   float64 // units waiting for the worker (queue lag and fetched), -1 unknown
 	Need      int     // the fewest partitions its head record can be sent with, 0..P
 	NeedSince int64   // when it began waiting for Need, Unix ms
+}
+
+// wants reports whether a asks for any partition, so that its arrival or
+// departure changes the peers' shares.
+func (a announcement) wants() bool { return a.Want > 0 || a.Reserved > 0 || a.Need > 0 }
+
+// sameShare reports whether a and b ask for the same fair share: the
+// fields the share is computed from agree (Demand and Backlog are only
+// shown by Status, and refreshed with the keep-alive; NeedSince orders
+// only needs of more than one partition).
+func (a announcement) sameShare(b announcement) bool {
+	return a.Want == b.Want && a.Reserved == b.Reserved && a.Need == b.Need && (a.Need <= 1 || a.NeedSince == b.NeedSince)
 }
 
 // encode writes a as space-separated fields; older workers read the
@@ -82,45 +154,55 @@ func decodeAnnouncement(v string) (announcement, error) {
 	return a, nil
 }
 
-// announce publishes worker's demand for ttl.
-func announce(ctx context.Context, c redis.UniversalClient, k keys, worker string, a announcement, ttl time.Duration) error {
-	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, k.member(worker), a.encode(), ttl)
-		p.SAdd(ctx, k.members(), worker)
-		p.PExpire(ctx, k.members(), membersSetTTL)
-		return nil
-	})
-	return err
+// versions is what an announcement answers: the members' and the
+// definition's change counters, and how many expired members it removed.
+type versions struct {
+	members, def int64
+	removed      int64
 }
 
-// withdraw removes worker from the members.
-func withdraw(ctx context.Context, c redis.UniversalClient, k keys, worker string) error {
-	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, k.member(worker))
-		p.SRem(ctx, k.members(), worker)
-		return nil
-	})
-	return err
-}
-
-// readMembers returns the live members and their announcements; with
-// cleanup, it also drops expired IDs from the set.
-func readMembers(ctx context.Context, c redis.UniversalClient, k keys, cleanup bool) (map[string]announcement, error) {
-	flag := "0"
-	if cleanup {
-		flag = "1"
-	}
-	res, err := membersScript.Run(ctx, c, []string{k.members()}, k.memberPrefix(), flag).StringSlice()
+// announce publishes worker's announcement for ttl; changed says its
+// fair-share fields differ from the last one published.
+func announce(ctx context.Context, c redis.UniversalClient, k keys, worker string, a announcement, ttl time.Duration, changed bool) (versions, error) {
+	res, err := announceScript.Run(ctx, c, []string{k.live(), k.announcements(), k.membersVersion(), k.defVersion()},
+		worker, a.encode(), ttl.Milliseconds(), boolArg(changed), k.changes(), membersKeyTTL.Milliseconds(), time.Now().UnixMilli(),
+		boolArg(a.wants())).Int64Slice()
 	if err != nil {
-		return nil, err
+		return versions{}, err
+	}
+	if len(res) != 3 {
+		return versions{}, fmt.Errorf("lease: announce answered %v", res)
+	}
+	return versions{members: res[0], def: res[1], removed: res[2]}, nil
+}
+
+// withdraw removes worker, whose last announcement was last, from the
+// members.
+func withdraw(ctx context.Context, c redis.UniversalClient, k keys, worker string, last announcement) error {
+	return withdrawScript.Run(ctx, c, []string{k.live(), k.announcements(), k.membersVersion()}, worker, k.changes(), boolArg(last.wants())).Err()
+}
+
+// readMembers returns the live members, their announcements and the
+// members version they were read at.
+func readMembers(ctx context.Context, c redis.UniversalClient, k keys) (map[string]announcement, int64, error) {
+	res, err := membersScript.Run(ctx, c, []string{k.live(), k.announcements(), k.membersVersion()}, time.Now().UnixMilli()).StringSlice()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(res) == 0 {
+		return nil, 0, errors.New("lease: member listing answered nothing")
+	}
+	ver, err := strconv.ParseInt(res[0], 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("lease: members version %q: %w", res[0], err)
 	}
 	out := make(map[string]announcement, len(res)/2)
-	for i := 0; i+1 < len(res); i += 2 {
+	for i := 1; i+1 < len(res); i += 2 {
 		a, err := decodeAnnouncement(res[i+1])
 		if err != nil {
 			continue // not ours to judge; a malformed member counts as absent
 		}
 		out[res[i]] = a
 	}
-	return out, nil
+	return out, ver, nil
 }

@@ -213,12 +213,16 @@ func keysFor(prefix, pool string) keys {
 
 func (k keys) def() string            { return k.base + ":def" }
 func (k keys) partition(i int) string { return fmt.Sprintf("%s:p:%d", k.base, i) }
-func (k keys) members() string        { return k.base + ":members" }
 func (k keys) rampEpoch() string      { return k.base + ":ramp" }
-func (k keys) memberPrefix() string   { return k.base + ":m:" }
-func (k keys) member(worker string) string {
-	return k.memberPrefix() + worker
-}
+func (k keys) live() string           { return k.base + ":live" }
+func (k keys) announcements() string  { return k.base + ":ann" }
+func (k keys) membersVersion() string { return k.base + ":mver" }
+func (k keys) defVersion() string     { return k.base + ":dver" }
+
+// changes is the channel membership and definition changes are published
+// on: "m <worker>" (membership), "d" (SetPool) or "f" (partitions
+// unlocked after a release).
+func (k keys) changes() string { return k.base + ":changes" }
 
 // EnsurePool stores p as the definition of pool p.Name under prefix
 // (DefaultPrefix when empty) if Redis has none, and otherwise checks that

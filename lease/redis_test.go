@@ -78,8 +78,7 @@ func TestDemandRiseWakesTheLoop(t *testing.T) {
 	m := start(t, cfg, c)
 	// Let the first (immediate) iteration pass with demand 0.
 	poll(t, func() bool {
-		n, err := c.Exists(context.Background(), keysFor(prefix, "wake").member("w1")).Result()
-		return err == nil && n == 1
+		return isMember(t, c, keysFor(prefix, "wake"), "w1")
 	}, "the worker announced itself")
 	t0 := time.Now()
 	m.SetDemand(ingest.Inf)
@@ -127,9 +126,10 @@ func TestUnlockOnShutdownLetsPeerTakeOver(t *testing.T) {
 	stopped := time.Now()
 	require.Zero(t, m1.Rate(stopped))
 	k := keysFor(prefix, "shut")
-	n, err := c.Exists(context.Background(), k.partition(0), k.partition(1), k.partition(2), k.partition(3), k.partition(4), k.member("w1")).Result()
+	n, err := c.Exists(context.Background(), k.partition(0), k.partition(1), k.partition(2), k.partition(3), k.partition(4)).Result()
 	require.NoError(t, err)
-	require.Zero(t, n, "Run unlocked every lease and withdrew the worker before returning")
+	require.Zero(t, n, "Run unlocked every lease before returning")
+	require.False(t, isMember(t, c, k, "w1"), "Run withdrew the worker before returning")
 
 	m2 := start(t, testConfig(prefix, "w2", pool), c)
 	m2.SetDemand(ingest.Inf)
@@ -290,7 +290,12 @@ func TestCreditAcrossHandOver(t *testing.T) {
 
 	m2 := start(t, testConfig(prefix, "w2", pool), c)
 	m2.SetDemand(ingest.Inf)
+	woke := time.Now()
 	poll(t, func() bool { return m1.Rate(time.Now()) == 400 && m2.Rate(time.Now()) == 400 }, "split")
+	// The next hand-over is to a worker at steady state: one just woken
+	// takes at most an equal split for its first ticks by design (see
+	// wokenFor), which is not a hand-over's cost.
+	poll(t, func() bool { return time.Since(woke) > wokenFor*testConfig("", "", pool).Tick }, "w2 past its first ticks")
 	m1.SetDemand(0)
 	poll(t, func() bool { return m2.Rate(time.Now()) == 800 }, "w2 takes all")
 	m1.SetDemand(ingest.Inf)
@@ -299,12 +304,17 @@ func TestCreditAcrossHandOver(t *testing.T) {
 
 	requireCreditWithinCapacity(t, 800, began.Add(-time.Second), ended, time.Second, 2*time.Millisecond, m1, m2)
 	requireCreditWithinCapacity(t, 800, began.Add(-time.Second), ended, 200*time.Millisecond, 2*time.Millisecond, m1, m2)
-	used := (m1.Credit(began, ended) + m2.Credit(began, ended)) / (800 * ended.Sub(began).Seconds())
-	t.Logf("pool use across three hand-overs in %v: %.1f%%", ended.Sub(began), 100*used)
-	// Each hand-over idles the moved partitions for one slice (50 ms here)
-	// by design, before the releasing worker unlocks them; three hand-overs
-	// of half the pool in about 300 ms cost about a quarter of it.
-	require.Greater(t, used, 0.6, "hand-overs leave the pool mostly in use")
+	credit := m1.Credit(began, ended) + m2.Credit(began, ended)
+	lost := 800*ended.Sub(began).Seconds() - credit
+	t.Logf("pool use across three hand-overs in %v: %.1f%%, %.0f units unused", ended.Sub(began), 100*credit/(800*ended.Sub(began).Seconds()), lost)
+	// Each hand-over idles the moved partitions (4 of 100 units/s) for one
+	// slice (50 ms here) by design, before the releasing worker unlocks
+	// them, and the taker retries every Tick/5: about 3 × 4 × 100 × 0.06 =
+	// 72 units. Peers learn of each change at once from the change feed,
+	// so the hand-overs take little more than their slice, and the pool's
+	// use over the test depends on how long it waits in between; what a
+	// hand-over costs is the unused credit.
+	require.Less(t, lost, 3*4*100*0.1, "each hand-over idles the moved partitions for less than Slice + Tick")
 }
 
 // TestQuorumOfMasters runs a worker over three independent Redis "masters"

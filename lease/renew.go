@@ -3,10 +3,12 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
+	"github.com/redis/go-redis/v9"
 )
 
 // stopCounting removes the given leases from the held set and closes their
@@ -46,75 +48,130 @@ func (m *Manager) dropExpired(ctx context.Context) {
 	m.unlock(ctx, gone)
 }
 
-// renewDue extends, concurrently, every lease whose renewal is due, each
-// under a deadline at its counting end. A lease whose extend fails stops
-// counting at once and is then unlocked.
+// extendScript extends every lease KEYS[i] whose value is still ARGV[i]
+// to ARGV[#KEYS + 1] ms, and returns, per key, 1 if it did and 0 if not:
+// one call renews all of a worker's due leases on one Redis, as redsync's
+// extend does for one.
+var extendScript = redis.NewScript(`
+local ttl = ARGV[#KEYS + 1]
+local out = {}
+for i, k in ipairs(KEYS) do
+  if redis.call('GET', k) == ARGV[i] then
+    out[i] = redis.call('PEXPIRE', k, ttl)
+  else
+    out[i] = 0
+  end
+end
+return out
+`)
+
+// renewDue extends every lease whose renewal is due, and with them those
+// due within the next half renewal interval, so that a worker's leases come
+// due together and one call per Redis renews them all. The call runs under
+// a deadline at the earliest counting end among them; a lease that does
+// not reach a quorum of extends stops counting at once and is unlocked.
 func (m *Manager) renewDue(ctx context.Context) {
 	m.mu.Lock()
 	now := time.Now()
-	var due []*held
+	var (
+		due   []*held
+		early []*held
+	)
 	for _, h := range m.held {
-		if !now.Before(h.renewedAt.Add(m.cfg.RenewEvery)) {
+		switch next := h.renewedAt.Add(m.cfg.RenewEvery); {
+		case !now.Before(next):
 			due = append(due, h)
+		case !now.Before(next.Add(-m.cfg.RenewEvery / 2)):
+			early = append(early, h)
 		}
 	}
 	m.mu.Unlock()
-	var (
-		wg     sync.WaitGroup
-		lostMu sync.Mutex
-		lost   []*held
-	)
-	for _, h := range due {
-		wg.Go(func() {
-			if !m.renew(ctx, h) {
-				lostMu.Lock()
-				lost = append(lost, h)
-				lostMu.Unlock()
-			}
-		})
+	if len(due) == 0 {
+		return
 	}
-	wg.Wait()
-	if len(lost) > 0 {
+	if lost := m.renew(ctx, append(due, early...)); len(lost) > 0 {
 		m.unlock(ctx, lost)
 	}
 }
 
-// renew extends h and updates its counting span; on failure it stops
-// counting h at once and returns false.
-func (m *Manager) renew(ctx context.Context, h *held) bool {
+// renew extends hs on every Redis with one script call each and updates
+// their counting spans; it returns those that failed, which stopped
+// counting.
+func (m *Manager) renew(ctx context.Context, hs []*held) (lost []*held) {
 	m.mu.Lock()
-	end := h.count.to
+	end := hs[0].count.to
+	keys := make([]string, len(hs))
+	args := make([]any, len(hs)+1)
+	for i, h := range hs {
+		end = minTime(end, h.count.to)
+		keys[i], args[i] = h.mutex.Name(), h.mutex.Value()
+	}
 	m.mu.Unlock()
+	args[len(hs)] = m.cfg.Pool.TTL.Milliseconds()
 	rctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	start := time.Now()
-	ok, err := h.mutex.ExtendContext(rctx)
-	if ok && err == nil {
-		if m.extended(h, start) {
+	var (
+		mu    sync.Mutex
+		votes = make([]int, len(hs))
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	for _, c := range m.clients {
+		wg.Go(func() {
+			res, err := extendScript.Run(rctx, c, keys, args...).Int64Slice()
+			if err == nil && len(res) != len(hs) {
+				err = fmt.Errorf("lease: extend answered %d results for %d leases", len(res), len(hs))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			for i, ok := range res {
+				if ok == 1 {
+					votes[i]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// As redsync's extend: valid until start + TTL − 1 % of the TTL.
+	until := start.Add(m.cfg.Pool.TTL - m.cfg.Pool.TTL/100)
+	quorum := len(m.clients)/2 + 1
+	for i, h := range hs {
+		if votes[i] >= quorum && m.extended(h, start, until) {
 			m.events.renewed.Add(1)
-			return true
+			continue
 		}
-		err = redsync.ErrExtendFailed
+		lost = append(lost, h)
 	}
-	if err == nil {
-		err = redsync.ErrExtendFailed
+	if len(lost) == 0 {
+		return nil
 	}
-	m.stopCounting([]*held{h})
-	m.events.lost.Add(1)
+	m.stopCounting(lost)
+	m.events.lost.Add(int64(len(lost)))
 	if ctx.Err() == nil {
-		m.log.Warn("lease renewal failed; partition dropped", "partition", h.partition, "err", err)
+		err := errors.Join(errs...)
+		if err == nil {
+			err = redsync.ErrExtendFailed
+		}
+		for _, h := range lost {
+			m.log.Warn("lease renewal failed; partition dropped", "partition", h.partition, "err", err)
+		}
 	}
-	return false
+	return lost
 }
 
 // extended moves h's counting end after a successful extend started at
-// start; false when it can no longer count (its new end already passed, or
-// it was dropped meanwhile).
-func (m *Manager) extended(h *held, start time.Time) bool {
+// start and valid until until; false when it can no longer count (its new
+// end already passed, or it was dropped meanwhile).
+func (m *Manager) extended(h *held, start, until time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	newEnd := m.countEnd(h.partition, h.mutex.Until().Add(-m.cfg.Margin), now)
+	newEnd := m.countEnd(h.partition, until.Add(-m.cfg.Margin), now)
 	if !now.Before(newEnd) || m.held[h.partition] != h {
 		return false
 	}
@@ -178,7 +235,18 @@ func (m *Manager) unlockCooled(ctx context.Context, all bool) {
 	m.cooling = keep
 	if len(due) > 0 {
 		m.unlock(ctx, due)
+		if !all {
+			m.announceFreed(ctx)
+		}
 	}
+}
+
+// announceFreed tells the peers below their share that partitions were
+// unlocked, so they try at once instead of at their next retry.
+func (m *Manager) announceFreed(ctx context.Context) {
+	m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
+		return c.Publish(ctx, m.keys.changes(), "f").Err()
+	}, "lease_freed", "announcing freed partitions failed")
 }
 
 // unlock deletes the leases' keys, concurrently, each bounded by the

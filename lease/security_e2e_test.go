@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ type secureRedis struct {
 	master               string
 	user, password       string
 	tlsDir               string // ca.pem, client.crt, client.key
+	admin                string // the file holding the default user's password
 }
 
 func envOr(name, def string) string {
@@ -65,6 +67,7 @@ func secureRedisEnv(t *testing.T) secureRedis {
 		user:     envOr("SLUICE_REDIS_USERNAME", "sluice"),
 		password: envOr("SLUICE_REDIS_PASSWORD", "sluice-test-password"),
 		tlsDir:   filepath.Join(cache, "redis", "tls"),
+		admin:    filepath.Join(cache, "redis", "redis-"+strconv.Itoa(port)+".admin"),
 	}
 	_, err = os.Stat(r.file("ca.pem"))
 	require.NoError(t, err, "no test CA: start Redis with SLUICE_REDIS_SECURE=1 scripts/redis.sh start")
@@ -72,6 +75,48 @@ func secureRedisEnv(t *testing.T) secureRedis {
 }
 
 func (r secureRedis) file(name string) string { return filepath.Join(r.tlsDir, name) }
+
+// TestSecureChangeFeed: under the ACL user, which has the pools' channels,
+// a worker learns of a peer's demand at once from the change feed; a user
+// without channel rights (the ACL of earlier versions) still shares the
+// pool, learning of it at its next keep-alive.
+func TestSecureChangeFeed(t *testing.T) {
+	r := secureRedisEnv(t)
+	adminPassword, err := os.ReadFile(r.admin)
+	require.NoError(t, err, "the default user's password (scripts/redis.sh keeps it)")
+	admin := redis.NewClient(&redis.Options{Addr: r.plain, Password: strings.TrimSpace(string(adminPassword))})
+	t.Cleanup(func() { _ = admin.Close() })
+	const oldUser, oldPassword = "sluice-no-channels", "sluice-no-channels-password"
+	require.NoError(t, admin.Do(t.Context(), "ACL", "SETUSER", oldUser, "reset", "on", ">"+oldPassword, "~sluice:*", "resetchannels",
+		"-@all", "+@read", "+@write", "+@scripting", "+@transaction", "+@connection", "-@dangerous").Err())
+	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", oldUser).Err() })
+
+	for _, tc := range []struct {
+		name, user, password string
+		within               time.Duration
+	}{
+		{"ACL user with the channels", r.user, r.password, time.Second},
+		{"user without channel rights", oldUser, oldPassword, 5 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			client := func() redis.UniversalClient {
+				return newRedisClients(t, RedisConfig{Addrs: []string{r.plain}, Username: tc.user, Password: tc.password})[0]
+			}
+			prefix := securePrefix(t)
+			pool := Pool{Name: "feed", Capacity: 1000, Partitions: 10}
+			a := start(t, Config{Pool: pool, Prefix: prefix, WorkerID: "a", Tick: 50 * time.Millisecond}, client())
+			b := start(t, Config{Pool: pool, Prefix: prefix, WorkerID: "b", Tick: 50 * time.Millisecond}, client())
+			a.SetDemand(ingest.Inf)
+			poll(t, func() bool { return len(a.Held()) == 10 }, "a takes the pool")
+			t0 := time.Now()
+			b.SetDemand(ingest.Inf)
+			require.Eventually(t, func() bool { return len(a.Held()) == 5 && len(b.Held()) == 5 }, tc.within, 2*time.Millisecond,
+				"split within %v (keep-alive %v)", tc.within, a.cfg.KeepAlive)
+			t.Logf("%s: split after %v", tc.name, time.Since(t0))
+		})
+	}
+}
 
 // securePrefix is a key prefix of the test's own inside the ACL user's
 // key pattern (sluice:*).

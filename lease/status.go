@@ -92,7 +92,7 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 		return PoolStatus{}, err
 	}
 	p.Name = pool
-	members, err := readMembers(ctx, client, k, false)
+	members, _, err := readMembers(ctx, client, k)
 	if err != nil {
 		return PoolStatus{}, fmt.Errorf("lease: read members of pool %q: %w", pool, err)
 	}

@@ -12,8 +12,9 @@
 # Secured mode (opt-in): SLUICE_REDIS_SECURE=1 scripts/redis.sh start starts
 # the server as managed Redis asks a client to connect to it:
 #   - ACL user SLUICE_REDIS_USERNAME ("sluice", password SLUICE_REDIS_PASSWORD)
-#     with only what sluice needs: keys sluice:*, read, write, scripting,
-#     transactions, connection commands, nothing @dangerous;
+#     with only what sluice needs: keys and channels sluice:* (the lease
+#     change feed), read, write, scripting, transactions, pub/sub,
+#     connection commands, nothing @dangerous;
 #   - the default user protected by a random password kept in
 #     redis-<port>.admin (for this script and Sentinel);
 #   - TLS on the TLS port beside the plain one (client certificates are
@@ -207,7 +208,7 @@ tls-auth-clients optional
 # The default user: this script and Sentinel only.
 user default on >$admin ~* &* +@all
 # sluice's user: its own keys, and the command groups a lease manager uses.
-user $ACL_USER on >$ACL_PASSWORD resetkeys ~sluice:* resetchannels -@all +@read +@write +@scripting +@transaction +@connection -@dangerous
+user $ACL_USER on >$ACL_PASSWORD resetkeys ~sluice:* resetchannels &sluice:* -@all +@read +@write +@scripting +@transaction +@connection +@pubsub -@dangerous
 EOF
   ) || die "could not write $CONFFILE"
   redis-server "$CONFFILE" || die "redis-server failed to start; see $LOGFILE"
