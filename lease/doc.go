@@ -77,8 +77,9 @@
 // Each partition is one redsync mutex taken with a single try
 // (redsync.WithTries(1)) on partitions this worker does not hold, those
 // that look free first, its own (see Fair share) before the others, in
-// random order, several at a time when the worker is below its share. Several Redis clients passed to New are independent
-// masters; a lock, extend or unlock then needs a quorum of len/2+1. Each
+// random order, several at a time when the worker is below its share.
+// Several Redis clients passed to New are independent masters; a lock,
+// extend or unlock then needs a quorum of len/2+1. Each
 // lease is extended RenewEvery (default TTL/3) after its last lock or
 // extend, under a deadline at its counting end; leases due within the next
 // RenewEvery/2 are extended with it, so a worker's leases come due together
@@ -110,9 +111,9 @@
 // A worker releases partitions above its share at once and acquires up to
 // it (at most 2 tries per partition it lacks per attempt, free partitions
 // p with p mod members = its rank by worker ID first, so workers that see
-// the same members try disjoint ones); below its share
-// with nothing free (a peer has not released yet) it tries again as soon as
-// a peer publishes that it unlocked partitions, and otherwise after Tick/5,
+// the same members try disjoint ones); below its share with nothing free
+// (a peer has not released yet) it tries again as soon as a peer
+// publishes that it unlocked partitions, and otherwise after Tick/5,
 // doubling up to KeepAlive (the keys of a vanished worker's leases expire
 // silently). A worker with demand 0 holds nothing after its next tick.
 // Nobody can hoard the pool.
