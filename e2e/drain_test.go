@@ -23,9 +23,13 @@ import (
 
 // Case 1: the USGS file bulk-loaded while three worker processes drain it.
 // 24 capacity partitions split evenly among three workers, as the README
-// advises, so that workers with equal backlogs finish together.
+// advises, so that workers with equal backlogs finish together. At 1,000
+// records/s the load lasts about 9.4 s: the first and the last slice
+// (200 ms each) of three workers cost about 0.25 s however long a load runs,
+// 5 % of a 4.7 s load at 2,000 records/s and under 3 % of this one, so the
+// 0.95 floor judges the pacing and not the edges.
 func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
-	e := newEnv(t, 2000, 24, 15*time.Second)
+	e := newEnv(t, 1000, 24, 15*time.Second)
 	for i := range 3 {
 		e.worker(fmt.Sprintf("w%d", i+1))
 	}
