@@ -59,10 +59,12 @@ func (m *Manager) reclaim(ctx context.Context) {
 // those that look free first, in random order, n at a time, one try each,
 // at most 2n tries in all (when many peers race for the few free
 // partitions, most tries fail; the next attempt comes with the next
-// release), and returns how many it got.
-func (m *Manager) acquire(ctx context.Context, n int) int {
+// release), and returns how many it got and, when none looked free, the
+// instant the first lease of a worker that is no longer a member expires
+// (zero if there is none).
+func (m *Manager) acquire(ctx context.Context, n int) (int, time.Time) {
 	want := n
-	cands := m.candidates(ctx)
+	cands, orphanExpiry := m.candidates(ctx)
 	if len(cands) > 2*n {
 		cands = cands[:2*n]
 	}
@@ -81,7 +83,7 @@ func (m *Manager) acquire(ctx context.Context, n int) int {
 			}
 		}
 	}
-	return want - n
+	return want - n, orphanExpiry
 }
 
 // tryLock makes one attempt at partition p and, on success, starts counting
@@ -124,8 +126,12 @@ func (m *Manager) lockValue() (string, error) {
 
 // candidates returns the partitions not held, shuffled, those that look
 // free in the first Redis first; those that look taken are left out unless
-// the lookup failed.
-func (m *Manager) candidates(ctx context.Context) []int {
+// the lookup failed. When none looks free and some are held by workers
+// that are no longer members (a crashed worker's leases, which free
+// themselves only when their keys expire, with no release to announce
+// it), it also returns the instant the first of them expires, read with
+// one PTTL each in one round trip.
+func (m *Manager) candidates(ctx context.Context) ([]int, time.Time) {
 	m.mu.Lock()
 	var all []int
 	for p := range m.sched.partitions(time.Now()) {
@@ -153,7 +159,7 @@ func (m *Manager) candidates(ctx context.Context) []int {
 		names[i] = m.keys.partition(p)
 	}
 	if len(names) == 0 {
-		return nil
+		return nil, time.Time{}
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.opTimeout)
 	defer cancel()
@@ -162,13 +168,50 @@ func (m *Manager) candidates(ctx context.Context) []int {
 		if ctx.Err() == nil {
 			m.logErr("lease_lookup", "partition lookup failed", err)
 		}
-		return all
+		return all, time.Time{}
 	}
 	free := all[:0]
+	var orphans []string
 	for i, p := range all {
-		if vals[i] == nil {
+		value, taken := vals[i].(string)
+		if !taken {
 			free = append(free, p)
+			continue
+		}
+		if _, live := m.peers[holderOf(value)]; m.peers != nil && !live {
+			orphans = append(orphans, names[i])
 		}
 	}
-	return free
+	if len(free) > 0 || len(orphans) == 0 {
+		return free, time.Time{}
+	}
+	return free, m.firstExpiry(cctx, orphans)
+}
+
+// firstExpiry returns when the first of the keys expires in the first
+// Redis, or zero if none has a time to live.
+func (m *Manager) firstExpiry(ctx context.Context, keys []string) time.Time {
+	start := time.Now()
+	cmds := make([]*redis.DurationCmd, len(keys))
+	_, err := m.clients[0].Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.PTTL(ctx, k)
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			m.logErr("lease_lookup", "partition lookup failed", err)
+		}
+		return time.Time{}
+	}
+	var first time.Time
+	for _, c := range cmds {
+		if ttl := c.Val(); ttl > 0 {
+			if at := start.Add(ttl); first.IsZero() || at.Before(first) {
+				first = at
+			}
+		}
+	}
+	return first
 }

@@ -114,8 +114,12 @@
 // the same members try disjoint ones); below its share with nothing free
 // (a peer has not released yet) it tries again as soon as a peer
 // publishes that it unlocked partitions, and otherwise after Tick/5,
-// doubling up to KeepAlive (the keys of a vanished worker's leases expire
-// silently). A worker with demand 0 holds nothing after its next tick.
+// doubling up to KeepAlive. The keys of a vanished worker's leases expire
+// silently, so when the taken partitions include some whose holder is no
+// longer a member, it reads their time to live (one PTTL each, pipelined)
+// and tries again when the first expires, if that is sooner: a killed
+// worker's capacity is back in use within a tick of its leases expiring.
+// A worker with demand 0 holds nothing after its next tick.
 // Nobody can hoard the pool.
 //
 // # Redis cost

@@ -430,14 +430,18 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	case holding < share && (freed || !now.Before(m.acquireAt)):
 		// Below share: try now, and if nothing was free, again when a peer
 		// says it unlocked partitions, or after Tick/5 doubling up to
-		// KeepAlive (partitions of a vanished worker free themselves
-		// silently when their keys expire).
-		if m.acquire(ctx, share-holding) > 0 || freed {
+		// KeepAlive, or when the first lease of a vanished worker expires
+		// if that is sooner (they free themselves silently).
+		got, orphanExpiry := m.acquire(ctx, share-holding)
+		if got > 0 || freed {
 			m.acquireWait = m.cfg.Tick / 5
 		} else {
 			m.acquireWait = min(2*max(m.acquireWait, m.cfg.Tick/10), m.cfg.KeepAlive)
 		}
 		m.acquireAt = time.Now().Add(m.acquireWait)
+		if !orphanExpiry.IsZero() && orphanExpiry.Before(m.acquireAt) {
+			m.acquireAt = orphanExpiry.Add(time.Millisecond)
+		}
 	}
 	if holding >= share {
 		m.acquireWait, m.acquireAt = 0, time.Time{}
