@@ -204,7 +204,11 @@ func (f *fileReader) nextNDJSON() (ingest.Record, error) {
 func (f *fileReader) readLine() (line []byte, tooLong bool, err error) {
 	line, err = f.br.ReadSlice('\n')
 	if err != bufio.ErrBufferFull {
-		return bytes.TrimSuffix(line, []byte("\n")), false, err
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		if len(line) > f.maxRow { // a limit below the buffer's size
+			return line[:f.maxRow], true, err
+		}
+		return line, false, err
 	}
 	long := slices.Clone(line)
 	for err == bufio.ErrBufferFull {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/gzip"
@@ -97,6 +98,49 @@ func TestNDJSONBadLinesAreNamed(t *testing.T) {
 	require.Equal(t, "1", recs[0].ID)
 	require.Len(t, bad, 1)
 	require.Equal(t, 2, bad[0].Line)
+}
+
+// A line over MaxRowBytes is a bad row named by its line, and the lines
+// after it are read; a CSV row that outgrows it (an unclosed quote) ends
+// the file with an error naming where it starts.
+func TestRowsOverTheLimit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	read := func(path string) (ids []string, bad []*bulkload.RowError, err error) {
+		f, err := bulkload.Open([]string{path}, bulkload.InputConfig{IDField: "id", MaxRowBytes: 1 << 10})
+		require.NoError(t, err)
+		defer f.Close()
+		for {
+			rec, err := f.Next()
+			var rowErr *bulkload.RowError
+			switch {
+			case err == io.EOF:
+				return ids, bad, nil
+			case errors.As(err, &rowErr):
+				bad = append(bad, rowErr)
+			case err != nil:
+				return ids, bad, err
+			default:
+				ids = append(ids, rec.ID)
+			}
+		}
+	}
+
+	long := strings.Repeat("x", 3<<10)
+	ndjson := filepath.Join(dir, "long.ndjson")
+	require.NoError(t, os.WriteFile(ndjson, []byte(`{"id":"a"}`+"\n"+`{"id":"b","note":"`+long+`"}`+"\n"+`{"id":"c"}`+"\n"), 0o600))
+	ids, bad, err := read(ndjson)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "c"}, ids, "the neighbours of the long line are read")
+	require.Len(t, bad, 1)
+	require.Equal(t, 2, bad[0].Line)
+	require.ErrorContains(t, bad[0], "long.ndjson:2: line longer than 1024 bytes")
+
+	csvPath := filepath.Join(dir, "open.csv")
+	require.NoError(t, os.WriteFile(csvPath, []byte("id,note\na,ok\nb,\"never closed\n"+long+"\nc,ok\n"), 0o600))
+	ids, _, err = read(csvPath)
+	require.Equal(t, []string{"a"}, ids)
+	require.ErrorContains(t, err, "open.csv: the row starting at line 3 or after is longer than 1024 bytes (an unclosed quote?)")
 }
 
 func TestRowsTheValidatorRefusesAreNamed(t *testing.T) {
