@@ -20,8 +20,20 @@ import (
 	"github.com/sluicehq/sluice/worker"
 )
 
-func onUsageError(_ *cli.Context, err error, _ bool) error {
-	return cli.Exit(err.Error()+" (see --help)", exitUsage)
+// onUsageError makes a flag or argument error a usage error (exit 2) and,
+// for an unknown flag, names the command's closest flag.
+func onUsageError(c *cli.Context, err error, _ bool) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok && cli.SuggestFlag != nil {
+		flags := c.App.Flags
+		if c.Command != nil && c.Command.Name != "" {
+			flags = c.Command.Flags
+		}
+		if suggestion := cli.SuggestFlag(flags, strings.TrimLeft(name, "-"), true); suggestion != "" {
+			msg += fmt.Sprintf(". Did you mean %q?", suggestion)
+		}
+	}
+	return cli.Exit(msg+" (see --help)", exitUsage)
 }
 
 func workerCommand() *cli.Command {

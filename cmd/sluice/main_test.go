@@ -143,6 +143,7 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--max-in-flight", "-1", path}, "--max-in-flight"},
 		// Unknown commands are usage errors too, with the closest there is.
 		{[]string{"wroker"}, `unknown command "wroker". Did you mean "worker"?`},
+		{[]string{"worker", "--brokerz", "x"}, `flag provided but not defined: -brokerz. Did you mean "--brokers"?`},
 		{[]string{"pool", "list"}, `unknown command "list"`},
 		{[]string{"help"}, `use "sluice --help"`},
 	} {
