@@ -73,8 +73,18 @@ e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured list
 		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; scripts/dynamodb.sh stop; scripts/s3.sh stop; exit $$rc
 
 .PHONY: bench
-bench: ## benchmark scenarios 1-9 beside the alternatives (embedded Kafka and Redis; scenario 9, bulk loads of 1 and 5 million rows, starts a real Kafka with scripts/kafka.sh and generates its input in .cache/bench; about 24 min); writes bench/results.json and bench/*.png
+bench: ## benchmark scenarios 1-10 beside the alternatives (embedded Kafka and Redis; scenarios 5 and 9 start a real Kafka with scripts/kafka.sh, 9 generating its 1 and 5 million rows in .cache/bench; scenario 10 a real redis-server with scripts/redis.sh; about 24 min); writes bench/results.json and bench/*.png
 	$(GO) run ./cmd/sluice-bench --out bench
+
+.PHONY: bench-sinks
+bench-sinks: ## unthrottled writes per sink (records/s by batch size): the emulator, a REST API, PostgreSQL, Azurite, DynamoDB Local and MinIO (started here)
+	@mkdir -p $(CACHE)
+	scripts/postgres.sh start >/dev/null
+	scripts/azurite.sh start >/dev/null
+	scripts/dynamodb.sh start >/dev/null
+	scripts/s3.sh start >/dev/null
+	$(GO) test -run '^$$' -bench 'Write$$' -benchtime 2s ./sink/ 2>&1 | tee $(CACHE)/bench-sinks.log; \
+		rc=$${PIPESTATUS[0]}; $(MAKE) --no-print-directory services-stop; exit $$rc
 
 .PHONY: bench-api
 bench-api: build ## load test of sluice api against a real Kafka broker (started here): records/s and p50/p99 latency, 16 clients, batches of 100, 10 s

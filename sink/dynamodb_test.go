@@ -440,7 +440,7 @@ func TestOpenDynamoDBFromURL(t *testing.T) {
 // go test -run '^$' -bench DynamoDBWrite ./sink/
 func BenchmarkDynamoDBWrite(b *testing.B) {
 	for _, write := range []DynamoDBWrite{DynamoDBPut, DynamoDBBatch} {
-		for _, size := range []int{25, 100} {
+		for _, size := range []int{25, 100, 500} {
 			b.Run(fmt.Sprintf("write=%s/batch=%d", write, size), func(b *testing.B) {
 				s := openDynamo(b, write, false)
 				value := []byte(`{"mag":2.5,"place":"10 km N of Somewhere, CA","depth":7.3,"time":"2025-05-01T00:00:00Z"}`)

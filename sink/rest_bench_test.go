@@ -13,8 +13,9 @@ import (
 
 // BenchmarkRESTSinkWrite measures unthrottled writes through the REST sink
 // to an httptest API that answers 201 (one client, one write at a time):
-// one request per record, a write of 1 or 100 records (16 requests in
-// flight), and a JSON array of 100 records per request:
+// one request per record in writes of 1, 25, 100 or 500 records (16
+// requests in flight), and a JSON array of 25, 100 or 500 records per
+// request:
 // go test -run '^$' -bench RESTSinkWrite ./sink/
 func BenchmarkRESTSinkWrite(b *testing.B) {
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -27,7 +28,10 @@ func BenchmarkRESTSinkWrite(b *testing.B) {
 		name  string
 		size  int
 		array bool
-	}{{"batch=1", 1, false}, {"batch=100", 100, false}, {"array,batch=100", 100, true}} {
+	}{
+		{"batch=1", 1, false}, {"batch=25", 25, false}, {"batch=100", 100, false}, {"batch=500", 500, false},
+		{"array,batch=25", 25, true}, {"array,batch=100", 100, true}, {"array,batch=500", 500, true},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			target := api.URL + "/v1/quakes/{id}"
 			if tc.array {

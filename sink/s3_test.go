@@ -365,7 +365,7 @@ func TestOpenS3FromURL(t *testing.T) {
 // batch size: go test -run '^$' -bench S3Write ./sink/
 func BenchmarkS3Write(b *testing.B) {
 	for _, layout := range []S3Layout{S3PerRecord, S3PerBatch} {
-		for _, size := range []int{25, 100} {
+		for _, size := range []int{25, 100, 500} {
 			b.Run(fmt.Sprintf("layout=%s/batch=%d", layout, size), func(b *testing.B) {
 				s := openS3(b, func(c *S3Config) { c.Layout = layout })
 				value := []byte(`{"mag":2.5,"place":"10 km N of Somewhere, CA","depth":7.3,"time":"2025-05-01T00:00:00Z"}`)
