@@ -19,16 +19,23 @@ import (
 // never sum above the pool at any sampled instant; and the fleet's Redis
 // commands at steady state are its renewal rounds (one call per manager
 // per 5 s) and keep-alives (one per manager per 1.7 s), about 160/s, not
-// its ticks (2,000/s across the fleet).
+// its ticks (2,000/s across the fleet). Under the race detector (make
+// test), which slows every manager and the in-process miniredis about
+// tenfold, 50 managers share 250 partitions: 200 of them, each looping
+// every 100 ms, outran two cores (start-up 4-7 s, and some runs never
+// converged); bench scenario 10 runs the 200 against miniredis and
+// redis-server without it (start-up 0.7-1.1 s).
 func TestFleetOnMiniredis(t *testing.T) {
 	mr, err := startMiniredis()
 	require.NoError(t, err)
 	t.Cleanup(mr.Close)
+	managers, partitions := 200, 1000
+	if raceEnabled {
+		managers, partitions = 50, 250
+	}
 	tally := &nameTally{}
 	res, err := runFleet(t.Context(), fleetConfig{
-		// Under the race detector (make test) every phase is several times
-		// slower: a start-up about 4 s, a join about 8 s, against 1-4 s and
-		// 0.3-2 s without it.
+		Managers: managers, Partitions: partitions,
 		Prefix: "sim", Pool: "fleet", Steady: 5 * time.Second, Converge: 2 * time.Minute,
 		Client: func() *redis.Client { return redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true}) },
 		Hook:   tally,

@@ -185,8 +185,13 @@ func (m *Manager) candidates(ctx context.Context) ([]int, time.Time) {
 	if len(free) > 0 || len(orphans) == 0 {
 		return free, time.Time{}
 	}
-	return free, m.firstExpiry(cctx, orphans)
+	return free, m.firstExpiry(cctx, orphans[:min(len(orphans), maxExpiryReads)])
 }
+
+// maxExpiryReads bounds the PTTLs of one attempt: a crowd of workers that
+// have not yet read each other's announcements sees many holders it does
+// not know.
+const maxExpiryReads = 8
 
 // firstExpiry returns when the first of the keys expires in the first
 // Redis, or zero if none has a time to live.
