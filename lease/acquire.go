@@ -130,7 +130,7 @@ func (m *Manager) lockValue() (string, error) {
 // that are no longer members (a crashed worker's leases, which free
 // themselves only when their keys expire, with no release to announce
 // it), it also returns the instant the first of them expires, read with
-// one PTTL each in one round trip.
+// a PTTL each (at most maxExpiryReads) in one round trip.
 func (m *Manager) candidates(ctx context.Context) ([]int, time.Time) {
 	m.mu.Lock()
 	var all []int
