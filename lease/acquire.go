@@ -194,7 +194,8 @@ func (m *Manager) candidates(ctx context.Context) ([]int, time.Time) {
 const maxExpiryReads = 8
 
 // firstExpiry returns when the first of the keys expires in the first
-// Redis, or zero if none has a time to live.
+// Redis, or zero if none has a time to live left (a key past it answers
+// PTTL -2, so an expiry is never in the past).
 func (m *Manager) firstExpiry(ctx context.Context, keys []string) time.Time {
 	start := time.Now()
 	cmds := make([]*redis.DurationCmd, len(keys))

@@ -117,9 +117,9 @@
 // doubling up to KeepAlive. The keys of a vanished worker's leases expire
 // silently, so when the taken partitions include some whose holder is no
 // longer a member, it reads their time to live (a PTTL each, at most 8,
-// pipelined) and tries again when the first expires, if that is sooner
-// (and no sooner than Tick/5): a killed worker's capacity is back in use
-// within a tick of its leases expiring.
+// pipelined) and tries again when the first expires, if that is sooner: a
+// killed worker's capacity is back in use within a tick of its leases
+// expiring.
 // A worker with demand 0 holds nothing after its next tick.
 // Nobody can hoard the pool.
 //

@@ -438,15 +438,9 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 		} else {
 			m.acquireWait = min(2*max(m.acquireWait, m.cfg.Tick/10), m.cfg.KeepAlive)
 		}
-		tried := time.Now()
-		m.acquireAt = tried.Add(m.acquireWait)
+		m.acquireAt = time.Now().Add(m.acquireWait)
 		if !orphanExpiry.IsZero() && orphanExpiry.Before(m.acquireAt) {
-			// No sooner than Tick/5: a key past its time to live that
-			// Redis has not expired yet must not make a busy loop.
 			m.acquireAt = orphanExpiry.Add(time.Millisecond)
-			if floor := tried.Add(m.cfg.Tick / 5); m.acquireAt.Before(floor) {
-				m.acquireAt = floor
-			}
 		}
 	}
 	if holding >= share {
