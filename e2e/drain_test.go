@@ -194,15 +194,7 @@ func TestCostlyRecordsHoldThePoolSecond(t *testing.T) {
 		e.worker(fmt.Sprintf("w%d", i+1), "--unit", "cost", "--cost", strconv.Itoa(cost))
 	}
 	e.awaitGroup(workers)
-
-	path := filepath.Join(t.TempDir(), "costly.ndjson")
-	var lines strings.Builder
-	for i := range n {
-		fmt.Fprintf(&lines, `{"id":"ru-%d","mag":%d.5}`+"\n", i, i%7)
-	}
-	require.NoError(t, writeFile(path, lines.String()))
-	code, out := e.run(time.Minute, "produce", "--brokers", brokers, "--topic", e.name, "--id-field", "id", path)
-	require.Equal(t, 0, code, out)
+	e.produce(n) // the first 40 USGS rows
 
 	st := e.awaitAccepted(n, 2*time.Minute)
 	e.report(st) // no sliding second over 1.01 × capacity: a third record would be 1.5 ×
