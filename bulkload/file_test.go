@@ -23,18 +23,29 @@ func readAll(t *testing.T, path, idField string) (recs []ingest.Record, bad []*b
 	t.Helper()
 	f, err := bulkload.OpenFile(path, "", idField)
 	require.NoError(t, err)
+	defer f.Close()
+	recs, bad, err = readRows(f)
+	require.NoError(t, err)
+	return recs, bad
+}
+
+// readRows reads rows to their end: the records, the rows named bad, and
+// the error that ended them early (nil at their end). Unlike drain, it
+// stops at an error that is not a bad row.
+func readRows(rows bulkload.Rows) (recs []ingest.Record, bad []*bulkload.RowError, err error) {
 	for {
-		rec, err := f.Next()
-		if err == io.EOF {
-			return recs, bad
-		}
+		rec, err := rows.Next()
 		var rowErr *bulkload.RowError
-		if errors.As(err, &rowErr) {
+		switch {
+		case err == io.EOF:
+			return recs, bad, nil
+		case errors.As(err, &rowErr):
 			bad = append(bad, rowErr)
-			continue
+		case err != nil:
+			return recs, bad, err
+		default:
+			recs = append(recs, rec)
 		}
-		require.NoError(t, err)
-		recs = append(recs, rec)
 	}
 }
 
@@ -110,20 +121,11 @@ func TestRowsOverTheLimit(t *testing.T) {
 		f, err := bulkload.Open([]string{path}, bulkload.InputConfig{IDField: "id", MaxRowBytes: 1 << 10})
 		require.NoError(t, err)
 		defer f.Close()
-		for {
-			rec, err := f.Next()
-			var rowErr *bulkload.RowError
-			switch {
-			case err == io.EOF:
-				return ids, bad, nil
-			case errors.As(err, &rowErr):
-				bad = append(bad, rowErr)
-			case err != nil:
-				return ids, bad, err
-			default:
-				ids = append(ids, rec.ID)
-			}
+		recs, bad, err := readRows(f)
+		for _, r := range recs {
+			ids = append(ids, r.ID)
 		}
+		return ids, bad, err
 	}
 
 	long := strings.Repeat("x", 3<<10)
