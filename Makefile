@@ -26,14 +26,18 @@ demo: build ## bulk-load the USGS earthquakes through embedded Kafka, Redis and 
 	@echo "summary written to $(CACHE)/demo-summary.json"
 
 .PHONY: test
-test: ## unit and integration tests with the race detector, one package at a time (starts redis-server, PostgreSQL, Azurite, json-server, DynamoDB Local and MinIO itself)
+test: services-start ## unit and integration tests with the race detector, one package at a time (starts redis-server, PostgreSQL, Azurite, json-server, DynamoDB Local and MinIO itself)
+	$(GO) test -race -count=1 -p 1 ./...; \
+		rc=$$?; $(MAKE) --no-print-directory services-stop; exit $$rc
+
+.PHONY: services-start
+services-start: ## start the PostgreSQL, Azurite, json-server, DynamoDB Local and MinIO that the sinks' tests and benchmarks use
+	@mkdir -p $(CACHE)
 	scripts/postgres.sh start >/dev/null
 	scripts/azurite.sh start >/dev/null
 	scripts/jsonserver.sh start >/dev/null
 	scripts/dynamodb.sh start >/dev/null
 	scripts/s3.sh start >/dev/null
-	$(GO) test -race -count=1 -p 1 ./...; \
-		rc=$$?; $(MAKE) --no-print-directory services-stop; exit $$rc
 
 .PHONY: services-stop
 services-stop: ## stop the PostgreSQL, Azurite, json-server, DynamoDB Local and MinIO that tests started
@@ -77,12 +81,7 @@ bench: ## benchmark scenarios 1-10 beside the alternatives (embedded Kafka and R
 	$(GO) run ./cmd/sluice-bench --out bench
 
 .PHONY: bench-sinks
-bench-sinks: ## unthrottled writes per sink (records/s by batch size): the emulator, a REST API, PostgreSQL, Azurite, DynamoDB Local and MinIO (started here)
-	@mkdir -p $(CACHE)
-	scripts/postgres.sh start >/dev/null
-	scripts/azurite.sh start >/dev/null
-	scripts/dynamodb.sh start >/dev/null
-	scripts/s3.sh start >/dev/null
+bench-sinks: services-start ## unthrottled writes per sink (records/s by batch size): the emulator, a REST API, PostgreSQL, Azurite, DynamoDB Local and MinIO (started here)
 	$(GO) test -run '^$$' -bench 'Write$$' -benchtime 2s ./sink/ 2>&1 | tee $(CACHE)/bench-sinks.log; \
 		rc=$${PIPESTATUS[0]}; $(MAKE) --no-print-directory services-stop; exit $$rc
 
