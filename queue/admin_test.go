@@ -1,6 +1,10 @@
 package queue
 
 import (
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -49,4 +53,77 @@ func TestOffsetsAfterProduce(t *testing.T) {
 	require.Empty(t, got, "an unknown group has no committed offsets")
 	_, err = a.CommittedOffsets(ctx, "", topic)
 	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+// TestSharedAdminPollsOnOneConnection polls offsets and the group 20 times
+// through a bootstrap address that counts its connections: an Admin from
+// Shared dials it once, a plain Admin once a call (each call fetches the
+// cluster's metadata anew), and Ping dials even on a shared Admin.
+func TestSharedAdminPollsOnOneConnection(t *testing.T) {
+	t.Parallel()
+	topic := newTopic(t, 2)
+	ctx := testContext(t)
+	poll := func(a Admin) {
+		for range 20 {
+			_, err := a.EndOffsets(ctx, topic)
+			require.NoError(t, err)
+			_, err = a.CommittedOffsets(ctx, "g-"+topic, topic)
+			require.NoError(t, err)
+			_, _, err = a.GroupMembers(ctx, "g-"+topic)
+			require.NoError(t, err)
+		}
+	}
+
+	bootstrap, dials := countingForwarder(t, testBrokers[0])
+	shared := Admin{Brokers: []string{bootstrap}}.Shared()
+	poll(shared)
+	require.EqualValues(t, 1, dials.Load(), "a shared Admin keeps its bootstrap connection")
+	require.NoError(t, shared.Ping(ctx))
+	require.EqualValues(t, 2, dials.Load(), "Ping asks the brokers on a connection of its own")
+	shared.Close()
+
+	bootstrap, dials = countingForwarder(t, testBrokers[0])
+	poll(Admin{Brokers: []string{bootstrap}})
+	require.EqualValues(t, 60, dials.Load(), "a plain Admin dials once a call")
+}
+
+// countingForwarder listens on 127.0.0.1, forwards each connection to
+// target, and counts the connections.
+func countingForwarder(t *testing.T, target string) (addr string, dials *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dials = new(atomic.Int64)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var open []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			open = append(open, in, out)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(out, in); out.Close() })
+			wg.Go(func() { _, _ = io.Copy(in, out); in.Close() })
+		}
+	})
+	return ln.Addr().String(), dials
 }

@@ -150,6 +150,9 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	dialer.ClientID = clientID
 	transport := cfg.Conn.Transport()
 	transport.ClientID = clientID
+	// The client only describes the group: the topic's metadata is all it
+	// needs, not that of every topic in the cluster every 6 s.
+	transport.MetadataTopics = []string{cfg.Topic}
 	rc := kafka.ReaderConfig{
 		Brokers:           cfg.Brokers,
 		GroupID:           cfg.Group,

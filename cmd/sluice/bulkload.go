@@ -145,6 +145,10 @@ func bulkLoad(c *cli.Context) error {
 	if err := ensureTopics(ctx, admin, s.worker.Topic, max(c.Int("topic-partitions"), workers)); err != nil {
 		return err
 	}
+	// The load polls offsets and the group every 200 ms: one transport
+	// for all of it, opened once the topics exist.
+	admin = admin.Shared()
+	defer admin.Close()
 	target, err := sink.Open(ctx, s.sinkURL, s.sinkOpts)
 	if err != nil {
 		return err
