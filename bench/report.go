@@ -71,6 +71,60 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// UnmarshalJSON reads what MarshalJSON wrote, so that a run of some
+// scenarios keeps the others' figures: the numbers become Cols in the
+// order written, with as many Digits as their literal has decimals, and
+// the other fields Extra. A null figure is NaN.
+func (e *Entry) UnmarshalJSON(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return fmt.Errorf("bench entry: want an object, got %.40s", data)
+	}
+	*e = Entry{}
+	var ideal map[string]string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := t.(string)
+		var v any
+		switch key {
+		case "alternative":
+			err = dec.Decode(&e.Alternative)
+		case "reps":
+			err = dec.Decode(&e.Reps)
+		case "ideal":
+			err = dec.Decode(&ideal)
+		default:
+			if err = dec.Decode(&v); err != nil {
+				break
+			}
+			switch v := v.(type) {
+			case json.Number:
+				f, ferr := v.Float64()
+				_, decimals, _ := strings.Cut(v.String(), ".")
+				e.Cols, err = append(e.Cols, Col{Name: key, Value: f, Digits: len(decimals)}), ferr
+			case nil:
+				e.Cols = append(e.Cols, Col{Name: key, Value: math.NaN()})
+			default:
+				if e.Extra == nil {
+					e.Extra = map[string]any{}
+				}
+				e.Extra[key] = v
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("bench entry %q, field %q: %w", e.Alternative, key, err)
+		}
+	}
+	for i, c := range e.Cols {
+		e.Cols[i].Ideal = ideal[c.Name]
+	}
+	return nil
+}
+
 func strconvRound(v float64, digits int) string {
 	return fmt.Sprintf("%.*f", digits, v)
 }
