@@ -57,8 +57,9 @@ func TestOffsetsAfterProduce(t *testing.T) {
 
 // TestSharedAdminPollsOnOneConnection polls offsets and the group 20 times
 // through a bootstrap address that counts its connections: an Admin from
-// Shared dials it once, a plain Admin once a call (each call fetches the
-// cluster's metadata anew), and Ping dials even on a shared Admin.
+// Shared dials it once, a plain Admin at least once a call (each call
+// fetches the cluster's metadata anew), and Ping dials even on a shared
+// Admin.
 func TestSharedAdminPollsOnOneConnection(t *testing.T) {
 	t.Parallel()
 	topic := newTopic(t, 2)
@@ -84,7 +85,7 @@ func TestSharedAdminPollsOnOneConnection(t *testing.T) {
 
 	bootstrap, dials = countingForwarder(t, testBrokers[0])
 	poll(Admin{Brokers: []string{bootstrap}})
-	require.EqualValues(t, 60, dials.Load(), "a plain Admin dials once a call")
+	require.GreaterOrEqual(t, dials.Load(), int64(60), "a plain Admin dials at least once a call")
 }
 
 // countingForwarder listens on 127.0.0.1, forwards each connection to
