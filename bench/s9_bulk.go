@@ -54,7 +54,7 @@ func (r *runner) scenario9(ctx context.Context) ([]Scenario, error) {
 		Notes: []string{
 			"input: testdata's 9,366 USGS rows repeated with fresh IDs (the k-th copy of id X is X-k), gzip-compressed, generated once into .cache/bench (not committed)",
 			"Kafka: a real broker (scripts/kafka.sh, started by the benchmark unless --real names one), 6 partitions per topic, lz4 on the wire, RequireAll",
-			fmt.Sprintf("raw: a bare kafka-go Writer (asynchronous, RequireAll, lz4 with the 64 KiB blocks package queue installs for sluice too, batches of 1,000, at most %d records unanswered, as sluice's producer) writing the same records as sluice produces them (JSON, key and ID header), encoded beforehand: what the broker takes", s9InFlight),
+			fmt.Sprintf("raw: a bare kafka-go Writer (asynchronous, RequireAll, lz4 with the 64 KiB blocks package queue installs for sluice too, batches of 1,000 filled for up to 20 ms, at most %d records unanswered, as sluice's producer) writing the same records as sluice produces them (JSON, key and ID header), encoded beforehand: what the broker takes", s9InFlight),
 			"raw lines: the same writer sending the .csv.gz's lines as they are (decompressed ahead, no parsing, messages of about 200 bytes instead of 520)",
 			"sluice produce: the CLI reading, decompressing, parsing and encoding the .csv.gz and producing it; ratio_vs_raw = its rows/s ÷ raw's (the three measured alternately, medians)",
 			fmt.Sprintf("bulk-load: the CLI with %d in-process workers and a pool of %d records/s, the sink emulator in the benchmark's process (not in bulk-load's RSS); peak RSS is the process's VmHWM, read every 50 ms until it exits", s9Workers, s9Capacity),
@@ -284,7 +284,7 @@ func rawWriterLoop(ctx context.Context, brokers []string, topic string, each fun
 	defer transport.CloseIdleConnections()
 	w := &kafka.Writer{
 		Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.RoundRobin{}, RequiredAcks: kafka.RequireAll, Transport: transport,
-		Async: true, BatchSize: 1000, BatchBytes: 1 << 20, BatchTimeout: 5 * time.Millisecond, Compression: kafka.Lz4,
+		Async: true, BatchSize: 1000, BatchBytes: 1 << 20, BatchTimeout: 20 * time.Millisecond, Compression: kafka.Lz4,
 		Completion: func(m []kafka.Message, err error) {
 			if err != nil {
 				mu.Lock()

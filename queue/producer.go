@@ -52,6 +52,13 @@ type ProducerConfig struct {
 	// AsyncBatchSize is the most messages per batch and partition of
 	// ProduceAsync. Default 1,000 (BatchBytes caps a batch too).
 	AsyncBatchSize int
+	// AsyncBatchTimeout is how long a batch of ProduceAsync waits to fill.
+	// Default 20 ms: at 250,000 records/s over 6 partitions a batch fills
+	// to 830 in that time but to 210 in 5 ms, and the broker spends about
+	// half the CPU a record on full batches (measured on Kafka 3.9 beside
+	// `sluice produce`: 0.8 CPU-seconds per million USGS rows at 20 ms,
+	// 1.5 to 2.8 at 5 ms). A bulk load does not wait on any one record.
+	AsyncBatchTimeout time.Duration
 	// MaxInFlight is the most records ProduceAsync keeps unanswered; it
 	// blocks beyond. Default 10,000 (about 8 MB of USGS records with
 	// their messages): a batch on its way and one filling for each of
@@ -75,6 +82,7 @@ func (cfg *ProducerConfig) fill() error {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Compression = cmp.Or(cfg.Compression, "lz4")
 	cfg.AsyncBatchSize = cmp.Or(cfg.AsyncBatchSize, 1000)
+	cfg.AsyncBatchTimeout = cmp.Or(cfg.AsyncBatchTimeout, 20*time.Millisecond)
 	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, 10_000)
 	if _, err := ParseCompression(cfg.Compression); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -82,7 +90,7 @@ func (cfg *ProducerConfig) fill() error {
 	switch {
 	case len(cfg.Brokers) == 0:
 		return fmt.Errorf("%w: no brokers", ErrInvalidConfig)
-	case cfg.BatchTimeout < 0 || cfg.WriteTimeout < 0:
+	case cfg.BatchTimeout < 0 || cfg.AsyncBatchTimeout < 0 || cfg.WriteTimeout < 0:
 		return fmt.Errorf("%w: durations must be > 0", ErrInvalidConfig)
 	case cfg.BatchSize < 1 || cfg.BatchBytes < 1 || cfg.MaxAttempts < 1 || cfg.AsyncBatchSize < 1 || cfg.MaxInFlight < 1:
 		return fmt.Errorf("%w: BatchSize, BatchBytes, MaxAttempts, AsyncBatchSize and MaxInFlight must be ≥ 1", ErrInvalidConfig)
@@ -141,7 +149,7 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 			ErrorLogger:  kafkaLogger(cfg.Logger, slog.LevelWarn),
 		}
 		if async {
-			w.BatchSize, w.Compression = cfg.AsyncBatchSize, compression
+			w.BatchSize, w.BatchTimeout, w.Compression = cfg.AsyncBatchSize, cfg.AsyncBatchTimeout, compression
 		}
 		return w
 	}
