@@ -83,7 +83,7 @@ func newFileReader(name, format string, src io.ReadCloser, cfg InputConfig) (*fi
 		f.header[0] = strings.TrimPrefix(f.header[0], "\ufeff")
 		f.csv.FieldsPerRecord = len(f.header)
 		if cfg.IDField != "" && !slices.Contains(f.header, cfg.IDField) {
-			return nil, fmt.Errorf("%s: --id-field %q is not a column (columns: %s)", name, cfg.IDField, strings.Join(f.header, ", "))
+			return nil, &SettingError{Setting: "IDField", Err: fmt.Errorf("%s: %q is not a column (columns: %s)", name, cfg.IDField, strings.Join(f.header, ", "))}
 		}
 		f.enc = newRowEncoder(f.header, cfg.CSV, cfg.IDField)
 		line, _ := f.csv.FieldPos(0)

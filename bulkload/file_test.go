@@ -93,9 +93,14 @@ func TestOpenFileErrors(t *testing.T) {
 	csvPath := filepath.Join(dir, "x.csv")
 	require.NoError(t, os.WriteFile(csvPath, []byte("a,b\n1,2\n"), 0o600))
 	_, err := bulkload.OpenFile(csvPath, "", "id")
-	require.ErrorContains(t, err, `--id-field "id" is not a column (columns: a, b)`)
+	require.ErrorContains(t, err, `"id" is not a column (columns: a, b)`)
+	var se *bulkload.SettingError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, "IDField", se.Setting)
 	_, err = bulkload.OpenFile(filepath.Join(dir, "x.txt"), "", "")
-	require.ErrorContains(t, err, "use --format csv or ndjson")
+	require.ErrorContains(t, err, "set it to csv or ndjson")
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, "Format", se.Setting)
 	_, err = bulkload.OpenFile(filepath.Join(dir, "missing.csv"), "", "")
 	require.ErrorContains(t, err, "missing.csv")
 }
@@ -243,7 +248,7 @@ func TestOpenExpandsAndDecompresses(t *testing.T) {
 		{[]string{filepath.Join(dir, "data", "sub", "none")}, bulkload.InputConfig{}, "cannot tell the format"},
 		{[]string{t.TempDir()}, bulkload.InputConfig{}, "a directory with no .csv, .ndjson or .jsonl file"},
 		{[]string{noExt}, bulkload.InputConfig{Format: "csv", Compression: "zstd"}, "zstd"},
-		{[]string{filepath.Join(dir, "data", "b.csv")}, bulkload.InputConfig{Compression: "gzip"}, "not gzip (see --compression)"},
+		{[]string{filepath.Join(dir, "data", "b.csv")}, bulkload.InputConfig{Compression: "gzip"}, "bulkload: Compression: " + filepath.Join(dir, "data", "b.csv") + ": not gzip"},
 		{[]string{"-", "-"}, bulkload.InputConfig{Format: "csv"}, "-: named twice"},
 		{nil, bulkload.InputConfig{}, "no input given"},
 	} {

@@ -38,6 +38,19 @@ const zstdMaxWindow = 128 << 20
 // twice (standard input), so a load of it has no identity to resume by.
 var ErrNoIdentity = errors.New("bulkload: standard input cannot be read again, so a load of it cannot resume")
 
+// SettingError is an InputConfig field that does not fit the inputs:
+// Setting names the field ("Format", "Compression" or "IDField") so that a
+// caller can name its own setting for it, and Err says what is wrong
+// (naming the input when one input is the cause).
+type SettingError struct {
+	Setting string
+	Err     error
+}
+
+func (e *SettingError) Error() string { return fmt.Sprintf("bulkload: %s: %v", e.Setting, e.Err) }
+
+func (e *SettingError) Unwrap() error { return e.Err }
+
 // InputConfig configures Open.
 type InputConfig struct {
 	// Format is "csv", "ndjson" or "" (each file's from its extension:
@@ -96,12 +109,12 @@ func Open(names []string, cfg InputConfig) (*Input, error) {
 		cfg.Compression = CompressionAuto
 	case CompressionAuto, CompressionNone, CompressionGzip, CompressionZstd:
 	default:
-		return nil, fmt.Errorf("--compression: want auto, none, gzip or zstd, got %q", cfg.Compression)
+		return nil, &SettingError{Setting: "Compression", Err: fmt.Errorf("want auto, none, gzip or zstd, got %q", cfg.Compression)}
 	}
 	switch cfg.Format {
 	case "", "csv", "ndjson":
 	default:
-		return nil, fmt.Errorf("--format: want csv or ndjson, got %q", cfg.Format)
+		return nil, &SettingError{Setting: "Format", Err: fmt.Errorf("want csv or ndjson, got %q", cfg.Format)}
 	}
 	if cfg.MaxRowBytes <= 0 {
 		cfg.MaxRowBytes = DefaultMaxRowBytes
@@ -146,7 +159,7 @@ func Open(names []string, cfg InputConfig) (*Input, error) {
 func expand(name, format string) ([]string, error) {
 	if name == Stdin {
 		if format == "" {
-			return nil, errors.New("standard input (-): cannot tell its format; use --format csv or ndjson")
+			return nil, &SettingError{Setting: "Format", Err: errors.New("standard input (-): cannot tell its format; set it to csv or ndjson")}
 		}
 		return []string{Stdin}, nil
 	}
@@ -221,7 +234,7 @@ func formatOf(name, format string) (string, error) {
 	case ".ndjson", ".jsonl":
 		return "ndjson", nil
 	}
-	return "", fmt.Errorf("%s: cannot tell the format from the extension; use --format csv or ndjson", name)
+	return "", &SettingError{Setting: "Format", Err: fmt.Errorf("%s: cannot tell the format from the extension; set it to csv or ndjson", name)}
 }
 
 // Names returns the inputs in the order they are read, as errors and dead
@@ -310,7 +323,7 @@ func decompress(name string, raw io.ReadCloser, compression string) (io.ReadClos
 		// 256 KiB), so parsing does not wait for it.
 		z, err := pgzip.NewReaderN(br, 256<<10, 4)
 		if err != nil {
-			return nil, fmt.Errorf("%s: not gzip (see --compression): %w", name, err)
+			return nil, &SettingError{Setting: "Compression", Err: fmt.Errorf("%s: not gzip: %w", name, err)}
 		}
 		return readCloser{Reader: &nameErrors{name: name, codec: compression, r: z}, close: func() error { return errors.Join(z.Close(), raw.Close()) }}, nil
 	case CompressionZstd:
@@ -333,7 +346,7 @@ type nameErrors struct {
 func (n *nameErrors) Read(p []byte) (int, error) {
 	k, err := n.r.Read(p)
 	if err != nil && err != io.EOF {
-		err = fmt.Errorf("decompress %s as %s (see --compression): %w", n.name, n.codec, err)
+		err = fmt.Errorf("decompress %s as %s: %w", n.name, n.codec, err)
 	}
 	return k, err
 }
@@ -383,7 +396,7 @@ func (in *Input) Where() string {
 // CheckFields is the preflight of every input: it opens each in turn
 // (standard input is peeked at and kept open for Next), reads its CSV
 // header or its first NDJSON records, and returns an error naming the
-// first input that cannot be opened, has no --id-field column, or lacks a
+// first input that cannot be opened, has no ID field column, or lacks a
 // field of want (see CheckFields), with the fields it has.
 func (in *Input) CheckFields(want map[string]string) error {
 	for i, name := range in.names {

@@ -87,14 +87,11 @@ func bulkLoad(c *cli.Context) error {
 	if err != nil {
 		return usageError(fmt.Errorf("--max-dead-letters: %w", err))
 	}
-	in, err := openInput(c, s.worker.IDField, s.rtype)
+	in, err := openInput(c, s.worker.IDField, s.rtype, wantedFields(s))
 	if err != nil {
 		return usageError(err)
 	}
 	defer in.Close()
-	if err := in.CheckFields(wantedFields(s)); err != nil {
-		return usageError(err)
-	}
 	if c.Bool("embedded") {
 		if err := checkEmbeddedSize(c, in, s.log); err != nil {
 			return err
@@ -471,9 +468,14 @@ func kafkaCompressionFlag() cli.Flag {
 	return stringFlag("kafka-compression", "lz4", "compression of the record batches sent to Kafka: none, gzip, snappy, lz4 or zstd")
 }
 
+// inputSettingFlag names the flag of each bulkload.SettingError's setting.
+var inputSettingFlag = map[string]string{"Format": "--format", "Compression": "--compression", "IDField": "--id-field"}
+
 // openInput opens the command's input arguments as its flags say, with
-// the record type's column types and schema (t may be nil).
-func openInput(c *cli.Context, idField string, t *recordtype.Type) (*bulkload.Input, error) {
+// the record type's column types and schema (t may be nil), and checks
+// that every input has the ID field and the fields in want
+// (bulkload.Input.CheckFields). Its errors name the flag to change.
+func openInput(c *cli.Context, idField string, t *recordtype.Type, want map[string]string) (*bulkload.Input, error) {
 	auto, err := bulkload.ParseCSVTypes(c.String("csv-types"))
 	if err != nil {
 		return nil, fmt.Errorf("--csv-types: %w", err)
@@ -489,7 +491,19 @@ func openInput(c *cli.Context, idField string, t *recordtype.Type) (*bulkload.In
 		cfg.CSV.Columns = t.FieldTypes()
 		cfg.Validate = t.Validate // a row its type refuses goes to the DLQ with file:line
 	}
-	return bulkload.Open(c.Args().Slice(), cfg)
+	in, err := bulkload.Open(c.Args().Slice(), cfg)
+	if err == nil {
+		if err = in.CheckFields(want); err != nil {
+			_ = in.Close()
+		}
+	}
+	if se := (*bulkload.SettingError)(nil); errors.As(err, &se) && inputSettingFlag[se.Setting] != "" {
+		return nil, fmt.Errorf("%s: %w", inputSettingFlag[se.Setting], se.Err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
 }
 
 func produceCommand() *cli.Command {
@@ -526,15 +540,12 @@ func produceCommand() *cli.Command {
 			if err != nil {
 				return usageError(err)
 			}
-			in, err := openInput(c, f.String("id-field"), t)
+			in, err := openInput(c, f.String("id-field"), t, nil)
 			if err != nil {
 				return usageError(err)
 			}
 			defer in.Close()
 			setMemoryLimit(c, false, log)
-			if err := in.CheckFields(nil); err != nil {
-				return usageError(err)
-			}
 			if err := checkKafka(c.Context, brokers, conn); err != nil {
 				return err
 			}
