@@ -106,7 +106,7 @@ func poolFlags() []cli.Flag {
 		floatFlag("ramp-start", 0, "ramp-up: effective rate at the start, `units/s` (0: no ramp)"),
 		floatFlag("ramp-factor", 0, "ramp-up: the effective rate is multiplied by this every --ramp-period (> 1)"),
 		durationFlag("ramp-period", 0, "ramp-up: how often the effective rate grows by --ramp-factor"),
-		durationFlag("ramp-idle-reset", 24*time.Hour, "ramp-up: the ramp starts over after the pool has had no demand this long"),
+		durationFlag("ramp-idle-reset", lease.DefaultIdleReset, "ramp-up: the ramp starts over after the pool has had no demand this long"),
 	)
 }
 

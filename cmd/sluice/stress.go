@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/stress"
 )
@@ -33,9 +34,9 @@ func stressCommand() *cli.Command {
 			floatFlag("target", 0, "the rate the partition must sustain for the verdict, `records/s` (e.g. 2000 for an Azure Tables partition); 0: no verdict"),
 			stringFlag("prefix", "", "the partition key and sink key prefix of every record (default stress-<unix ms>)"),
 			floatFlag("threshold", 0.05, "share of a step's records that may be throttled or fail while the step still holds"),
-			intFlag("batch-size", 100, "most records per write"),
-			intFlag("concurrency", 16, "most writes in flight"),
-			durationFlag("request-timeout", 2*time.Second, "sink request timeout"),
+			intFlag("batch-size", ingest.DefaultMaxBatch, "most records per write"),
+			intFlag("concurrency", ingest.DefaultConcurrency, "most writes in flight"),
+			durationFlag("request-timeout", ingest.DefaultRequestTimeout, "sink request timeout"),
 			boolFlag("json", "print the report as JSON"),
 		}, sinkFlags(), logFlags()),
 		OnUsageError: onUsageError,
