@@ -146,7 +146,6 @@ func parseTemplate(template string) ([]templatePart, error) {
 	return parts, nil
 }
 
-// String returns the rule as "template strategy".
 // Fields returns the record fields the template reads, in template order.
 func (k *SinkKey) Fields() []string {
 	var out []string
@@ -158,6 +157,7 @@ func (k *SinkKey) Fields() []string {
 	return out
 }
 
+// String returns the rule as "template strategy".
 func (k *SinkKey) String() string {
 	var b strings.Builder
 	for _, p := range k.parts {
