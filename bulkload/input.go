@@ -100,8 +100,8 @@ func OpenFile(path, format, idField string) (*Input, error) {
 // in name order; not their subdirectories) and Stdin — checks that each
 // file exists and that its format can be told, and opens the first (see
 // CheckFields for the others). Errors
-// name the input, and the flag to use when the format or compression
-// cannot be told.
+// name the input; one about cfg (a format or compression that is unknown,
+// cannot be told or does not fit) is a *SettingError naming the field.
 func Open(names []string, cfg InputConfig) (*Input, error) {
 	cfg.Compression = strings.ToLower(cfg.Compression)
 	switch cfg.Compression {
