@@ -297,6 +297,16 @@ func mustEnsurePool(t testing.TB, c redis.UniversalClient, prefix string, p Pool
 	require.NoError(t, err)
 }
 
+// poolOnRedis returns a client of the real Redis and a key prefix of the
+// test's own, with pool created under it.
+func poolOnRedis(t *testing.T, pool Pool) (*redis.Client, string) {
+	t.Helper()
+	c := newClient(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	mustEnsurePool(t, c, prefix, pool)
+	return c, prefix
+}
+
 // ensurePoolErr is EnsurePool's error.
 func ensurePoolErr(ctx context.Context, c redis.UniversalClient, prefix string, p Pool) error {
 	_, err := EnsurePool(ctx, c, prefix, p)

@@ -25,10 +25,8 @@ func poll(t *testing.T, cond func() bool, msg string, args ...any) {
 
 func TestAcquireAndRenew(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, realRedis(t))
-	prefix := uniquePrefix(t)
 	pool := Pool{Name: "acq", Capacity: 400, Partitions: 4, TTL: 1500 * time.Millisecond}
-	mustEnsurePool(t, c, prefix, pool)
+	c, prefix := poolOnRedis(t, pool)
 	m := start(t, testConfig(prefix, "w1", pool), c)
 
 	require.Zero(t, m.Rate(time.Now()), "no demand, no leases")
@@ -57,10 +55,8 @@ func TestAcquireAndRenew(t *testing.T) {
 
 func TestFiniteDemandHoldsWhatItNeeds(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, realRedis(t))
-	prefix := uniquePrefix(t)
 	pool := Pool{Name: "fin", Capacity: 1000, Partitions: 10}
-	mustEnsurePool(t, c, prefix, pool)
+	c, prefix := poolOnRedis(t, pool)
 	m := start(t, testConfig(prefix, "w1", pool), c)
 	m.SetDemand(250) // 2.5 partitions of 100/s → 3
 	poll(t, func() bool { return len(m.Held()) == 3 && m.Rate(time.Now()) == 300 }, "holds ceil(250/100) = 3 partitions")
@@ -349,10 +345,8 @@ func TestQuorumOfMasters(t *testing.T) {
 
 func TestReservedPartitionsAreHeldWithoutDemand(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, realRedis(t))
-	prefix := uniquePrefix(t)
 	pool := Pool{Name: "res", Capacity: 1000, Partitions: 10}
-	mustEnsurePool(t, c, prefix, pool)
+	c, prefix := poolOnRedis(t, pool)
 	cfg := testConfig(prefix, "a", pool)
 	cfg.Reserved = 3
 	a := start(t, cfg, c)
@@ -377,10 +371,8 @@ func TestReservedPartitionsAreHeldWithoutDemand(t *testing.T) {
 
 func TestLiveChangeSwitchesEveryWorkerAtOnce(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, realRedis(t))
-	prefix := uniquePrefix(t)
 	pool := Pool{Name: "live", Capacity: 1000, Partitions: 10}
-	mustEnsurePool(t, c, prefix, pool)
+	c, prefix := poolOnRedis(t, pool)
 	a := start(t, testConfig(prefix, "a", pool), c)
 	b := start(t, testConfig(prefix, "b", pool), c)
 	a.SetDemand(ingest.Inf)
@@ -424,10 +416,8 @@ func TestLiveChangeSwitchesEveryWorkerAtOnce(t *testing.T) {
 
 func TestRampEpochIsShared(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, realRedis(t))
-	prefix := uniquePrefix(t)
 	pool := Pool{Name: "ramp", Capacity: 1000, Partitions: 10, Ramp: Ramp{Start: 100, Factor: 2, Period: time.Second, IdleReset: 2 * time.Second}}
-	mustEnsurePool(t, c, prefix, pool)
+	c, prefix := poolOnRedis(t, pool)
 	bad := pool
 	bad.Ramp.Factor = 3
 	require.ErrorIs(t, ensurePoolErr(context.Background(), c, prefix, bad), ErrPoolMismatch, "a different ramp is a different pool")
@@ -458,10 +448,8 @@ func TestRampEpochIsShared(t *testing.T) {
 // waiting out their TTL; a peer's leases it leaves alone.
 func TestWorkerTakesBackItsOwnLeasesAfterACrash(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, realRedis(t))
-	prefix := uniquePrefix(t)
 	pool := Pool{Name: "crash", Capacity: 100, Partitions: 2, TTL: time.Hour}
-	mustEnsurePool(t, c, prefix, pool)
+	c, prefix := poolOnRedis(t, pool)
 	keys := keysFor(prefix, pool.Name)
 	// The crashed process "w" held partition 0, a live peer partition 1.
 	require.NoError(t, c.Set(t.Context(), keys.partition(0), "w/old-token", time.Hour).Err())
@@ -482,10 +470,8 @@ func TestWorkerTakesBackItsOwnLeasesAfterACrash(t *testing.T) {
 // of at its next doubling retry (up to KeepAlive, 1.7 s with a 15 s TTL).
 func TestVanishedWorkersLeasesAreTakenAsTheyExpire(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, realRedis(t))
-	prefix := uniquePrefix(t)
 	pool := Pool{Name: "vanished", Capacity: 400, Partitions: 4, TTL: 15 * time.Second}
-	mustEnsurePool(t, c, prefix, pool)
+	c, prefix := poolOnRedis(t, pool)
 	keys := keysFor(prefix, pool.Name)
 	const left = 3 * time.Second
 	for p := range 4 {
