@@ -493,17 +493,15 @@ func openInput(c *cli.Context, idField string, t *recordtype.Type, want map[stri
 	}
 	in, err := bulkload.Open(c.Args().Slice(), cfg)
 	if err == nil {
-		if err = in.CheckFields(want); err != nil {
-			_ = in.Close()
+		if err = in.CheckFields(want); err == nil {
+			return in, nil
 		}
+		_ = in.Close()
 	}
 	if se := (*bulkload.SettingError)(nil); errors.As(err, &se) && inputSettingFlag[se.Setting] != "" {
 		return nil, fmt.Errorf("%s: %w", inputSettingFlag[se.Setting], se.Err)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return in, nil
+	return nil, err
 }
 
 func produceCommand() *cli.Command {
