@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ingest"
-	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/sinksim"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // Config configures a benchmark run.
@@ -172,7 +172,7 @@ func (r *runner) repsFor(ideal time.Duration) int {
 // sink saw, and the members (for their timelines).
 type trial struct {
 	out     outcome
-	snap    sink.SimStats
+	snap    sinkwire.Stats
 	members []member
 }
 

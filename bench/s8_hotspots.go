@@ -13,8 +13,8 @@ import (
 	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/recordtype"
-	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/sinksim"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // usgsPath is the real input, relative to the repository root (where make
@@ -144,7 +144,7 @@ func (r *runner) scenario8(ctx context.Context) ([]Scenario, error) {
 			if i == 0 {
 				r.addLine("s8", run.label, t.snap.UnitsPer200ms, capacity)
 			}
-			hottest := slices.MaxFunc(t.snap.Partitions, func(a, b sink.PartitionStats) int { return cmp.Compare(a.Accepted, b.Accepted) })
+			hottest := slices.MaxFunc(t.snap.Partitions, func(a, b sinkwire.PartitionStats) int { return cmp.Compare(a.Accepted, b.Accepted) })
 			reps = append(reps, Entry{Alternative: run.label, Reps: 1, Cols: append([]Col{
 				{Name: "records", Value: float64(t.out.records)},
 				{Name: "ideal_s", Value: ideal.Seconds(), Digits: 2},

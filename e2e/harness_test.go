@@ -24,7 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/queue"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // The services under test, from the environment (make e2e starts them with
@@ -220,8 +220,8 @@ func (p *proc) wait(timeout time.Duration) (code int, ok bool) {
 	}
 }
 
-func (e *env) simStats() (sink.SimStats, error) {
-	var st sink.SimStats
+func (e *env) simStats() (sinkwire.Stats, error) {
+	var st sinkwire.Stats
 	resp, err := http.Get(e.sim + "/v1/stats?series=1")
 	if err != nil {
 		return st, err
@@ -230,7 +230,7 @@ func (e *env) simStats() (sink.SimStats, error) {
 	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-func (e *env) stats() sink.SimStats {
+func (e *env) stats() sinkwire.Stats {
 	e.t.Helper()
 	st, err := e.simStats()
 	require.NoError(e.t, err)
@@ -238,9 +238,9 @@ func (e *env) stats() sink.SimStats {
 }
 
 // awaitAccepted waits until the sink has stored n distinct records.
-func (e *env) awaitAccepted(n int64, timeout time.Duration) sink.SimStats {
+func (e *env) awaitAccepted(n int64, timeout time.Duration) sinkwire.Stats {
 	e.t.Helper()
-	var st sink.SimStats
+	var st sinkwire.Stats
 	require.Eventually(e.t, func() bool { st = e.stats(); return st.Accepted >= n }, timeout, 100*time.Millisecond,
 		"sink stored %d of %d records", st.Accepted, n)
 	return st
@@ -307,7 +307,7 @@ func head(t testing.TB, n int) string {
 // report prints a case's figures and checks the ones every case shares:
 // nothing over capacity in any sliding second at the sink (+1 % for jitter
 // between send and accept).
-func (e *env) report(st sink.SimStats) {
+func (e *env) report(st sinkwire.Stats) {
 	e.t.Helper()
 	e.t.Logf("sink: accepted %d, duplicates %d, throttled %d, rejected %d, requests %d, max 1 s window %d (%.3f of %d), max 200 ms window %d",
 		st.Accepted, st.Duplicates, st.Throttled, st.Rejected, st.Requests,

@@ -22,6 +22,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // maxResponseBytes bounds how much of a response HTTPSink reads.
@@ -92,7 +93,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTPSink, error) {
 		cfg.Client = &http.Client{Transport: t, CheckRedirect: noRedirects}
 	}
 	base := strings.TrimRight(u.String(), "/")
-	return &HTTPSink{records: base + PathRecords, stats: base + PathStats, timeout: cfg.Timeout, client: cfg.Client,
+	return &HTTPSink{records: base + sinkwire.PathRecords, stats: base + sinkwire.PathStats, timeout: cfg.Timeout, client: cfg.Client,
 		ndjson: cfg.NDJSON, header: cfg.Header.Clone()}, nil
 }
 
@@ -120,7 +121,7 @@ func (h *HTTPSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.R
 		return nil, fmt.Errorf("sink: write %d records: %w", len(batch), err)
 	}
 	retryAfter := retryAfterOf(resp.Header, time.Now())
-	var wr WireResponse
+	var wr sinkwire.Response
 	jsonErr := json.Unmarshal(body, &wr)
 	code := resp.StatusCode
 
@@ -207,7 +208,7 @@ func (h *HTTPSink) Warm(ctx context.Context, conns int) error {
 // estimated costs of the stored and duplicate records goes to the first of
 // them (the worker charges the pacer the sum of the excesses).
 func chargeRequest(out []ingest.Result, batch []ingest.Record, hdr http.Header) {
-	total, err := strconv.ParseInt(strings.TrimSpace(hdr.Get(HeaderRequestCharge)), 10, 64)
+	total, err := strconv.ParseInt(strings.TrimSpace(hdr.Get(sinkwire.HeaderRequestCharge)), 10, 64)
 	if err != nil || total <= 0 {
 		return
 	}
@@ -231,9 +232,9 @@ func chargeRequest(out []ingest.Result, batch []ingest.Record, hdr http.Header) 
 // recordResult maps one wire status to an ingest.Result.
 func recordResult(status int, msg string, retryAfter time.Duration) ingest.Result {
 	switch status {
-	case StatusStored:
+	case sinkwire.StatusStored:
 		return ingest.Result{Outcome: ingest.Delivered}
-	case StatusDuplicate:
+	case sinkwire.StatusDuplicate:
 		return ingest.Result{Outcome: ingest.Duplicate}
 	}
 	reason := "HTTP " + strconv.Itoa(status)
@@ -252,12 +253,12 @@ func recordResult(status int, msg string, retryAfter time.Duration) ingest.Resul
 // retryAfterOf reads the wait an answer asks for: x-ms-retry-after-ms when
 // present (millisecond precision), else Retry-After; 0 when neither parses.
 func retryAfterOf(hdr http.Header, now time.Time) time.Duration {
-	if v := hdr.Get(HeaderRetryAfterMs); v != "" {
+	if v := hdr.Get(sinkwire.HeaderRetryAfterMs); v != "" {
 		if ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && ms >= 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
 			return time.Duration(ms) * time.Millisecond
 		}
 	}
-	d, _ := ParseRetryAfter(hdr.Get(HeaderRetryAfter), now)
+	d, _ := ParseRetryAfter(hdr.Get(sinkwire.HeaderRetryAfter), now)
 	return d
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 func TestEncodeBatchKeyAndNDJSON(t *testing.T) {
@@ -50,7 +51,7 @@ func TestHTTPSinkHeadersIdempotencyKeyAndNDJSON(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		got <- seen{r.Header.Get("Authorization"), r.Header.Get(HeaderIdempotencyKey), r.Header.Get("Content-Type"), string(body)}
-		writeJSON(w, http.StatusOK, WireResponse{Results: []WireResult{{ID: "a", Status: StatusStored}}})
+		writeJSON(w, http.StatusOK, sinkwire.Response{Results: []sinkwire.Result{{ID: "a", Status: sinkwire.StatusStored}}})
 	}))
 	t.Cleanup(srv.Close)
 	hs, err := NewHTTP(HTTPConfig{URL: srv.URL, NDJSON: true, Header: http.Header{"Authorization": {"Bearer s3cret"}}})
@@ -77,12 +78,12 @@ func TestHTTPSinkHeadersIdempotencyKeyAndNDJSON(t *testing.T) {
 func TestHTTPSinkRetriesStoreOnceAtAKeyDedupingService(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	stored := map[string]int{}            // record ID → times stored
-	answered := map[string]WireResponse{} // idempotency key → the answer given
+	stored := map[string]int{}                 // record ID → times stored
+	answered := map[string]sinkwire.Response{} // idempotency key → the answer given
 	hs := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var batch []WireRecord
+		var batch []sinkwire.Record
 		if err := json.NewDecoder(r.Body).Decode(&batch); err != nil {
-			writeJSON(w, http.StatusBadRequest, WireResponse{Error: err.Error()})
+			writeJSON(w, http.StatusBadRequest, sinkwire.Response{Error: err.Error()})
 			return
 		}
 		key := r.Header.Get(HeaderIdempotencyKey)
@@ -92,13 +93,13 @@ func TestHTTPSinkRetriesStoreOnceAtAKeyDedupingService(t *testing.T) {
 			writeJSON(w, http.StatusOK, prev) // a replay: nothing stored again
 			return
 		}
-		var res WireResponse
+		var res sinkwire.Response
 		for _, rec := range batch {
 			stored[rec.ID]++
-			res.Results = append(res.Results, WireResult{ID: rec.ID, Status: StatusStored})
+			res.Results = append(res.Results, sinkwire.Result{ID: rec.ID, Status: sinkwire.StatusStored})
 		}
 		answered[key] = res
-		writeJSON(w, http.StatusBadGateway, WireResponse{Error: "upstream answer lost"}) // stored, but the client never hears
+		writeJSON(w, http.StatusBadGateway, sinkwire.Response{Error: "upstream answer lost"}) // stored, but the client never hears
 	}))
 	var recs []ingest.Record
 	for i := range 250 {
@@ -139,7 +140,7 @@ func TestHTTPSinkEveryStatus(t *testing.T) {
 		{400, false}, {401, false}, {403, false}, {404, false}, {409, false}, {413, false}, {422, false}, {501, false},
 	} {
 		hs := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, tt.code, WireResponse{Error: "nope"})
+			writeJSON(w, tt.code, sinkwire.Response{Error: "nope"})
 		}))
 		res, err := hs.Write(t.Context(), []ingest.Record{{ID: "a", Value: []byte(`{}`)}, {ID: "b", Value: []byte(`{}`)}})
 		require.Nil(t, res, "HTTP %d", tt.code)
@@ -154,8 +155,8 @@ func TestHTTPSinkEveryStatus(t *testing.T) {
 func TestHTTPSinkMultiStatus(t *testing.T) {
 	t.Parallel()
 	hs := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusMultiStatus, WireResponse{Results: []WireResult{
-			{ID: "a", Status: StatusStored}, {ID: "b", Status: 400, Error: "bad"}, {ID: "c", Status: 503},
+		writeJSON(w, http.StatusMultiStatus, sinkwire.Response{Results: []sinkwire.Result{
+			{ID: "a", Status: sinkwire.StatusStored}, {ID: "b", Status: 400, Error: "bad"}, {ID: "c", Status: 503},
 		}})
 	}))
 	res, err := hs.Write(t.Context(), []ingest.Record{{ID: "a"}, {ID: "b"}, {ID: "c"}})
@@ -167,7 +168,7 @@ func TestHTTPSinkMultiStatus(t *testing.T) {
 func TestHTTPSinkTLS(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, WireResponse{Results: []WireResult{{ID: "a", Status: StatusStored}}})
+		writeJSON(w, http.StatusOK, sinkwire.Response{Results: []sinkwire.Result{{ID: "a", Status: sinkwire.StatusStored}}})
 	}))
 	t.Cleanup(srv.Close)
 	batch := []ingest.Record{{ID: "a", Value: []byte(`{}`)}}
@@ -253,7 +254,7 @@ func TestEncodeBatch(t *testing.T) {
 		ingest.Record{ID: "nocost", Value: []byte(`{}`), Cost: 0},
 		ingest.Record{ID: "empty", Value: []byte(``), Cost: 1},
 	}, false)
-	var got []WireRecord
+	var got []sinkwire.Record
 	require.NoError(t, json.Unmarshal(data, &got), string(data))
 	require.Len(t, got, 4)
 	require.Equal(t, `q"uote`, got[0].ID)

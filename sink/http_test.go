@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/sinksim"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // serve starts an httptest server for h and an HTTPSink pointed at it.
@@ -108,7 +109,7 @@ func TestHTTPSinkWholeRequestStatuses(t *testing.T) {
 	}{
 		{name: "429 without results", status: 429, header: map[string]string{"Retry-After": "2"},
 			want: &ingest.SinkError{Throttled: true, RetryAfter: 2 * time.Second, Err: errors.New("sink: HTTP 429: ")}},
-		{name: "429 prefers ms header", status: 429, header: map[string]string{"Retry-After": "2", sink.HeaderRetryAfterMs: "120"},
+		{name: "429 prefers ms header", status: 429, header: map[string]string{"Retry-After": "2", sinkwire.HeaderRetryAfterMs: "120"},
 			want: &ingest.SinkError{Throttled: true, RetryAfter: 120 * time.Millisecond, Err: errors.New("sink: HTTP 429: ")}},
 		{name: "503 with Retry-After is throttling", status: 503, header: map[string]string{"Retry-After": "1"}, body: "busy",
 			want: &ingest.SinkError{Throttled: true, RetryAfter: time.Second, Err: errors.New("sink: HTTP 503: busy")}},
@@ -212,8 +213,8 @@ func TestSimChargesByItsOwnRule(t *testing.T) {
 func TestRequestChargeHeaderWithoutPerRecordCharges(t *testing.T) {
 	t.Parallel()
 	hs := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(sink.HeaderRequestCharge, "30")
-		_ = json.NewEncoder(w).Encode(sink.WireResponse{Results: []sink.WireResult{{ID: "a", Status: sink.StatusStored}, {ID: "b", Status: sink.StatusDuplicate}}})
+		w.Header().Set(sinkwire.HeaderRequestCharge, "30")
+		_ = json.NewEncoder(w).Encode(sinkwire.Response{Results: []sinkwire.Result{{ID: "a", Status: sinkwire.StatusStored}, {ID: "b", Status: sinkwire.StatusDuplicate}}})
 	}), 0)
 	res, err := hs.Write(t.Context(), []ingest.Record{record("a", `{}`, 10), record("b", `{}`, 10)})
 	require.NoError(t, err)

@@ -6,9 +6,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/sluicehq/sluice/sinkwire"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sluicehq/sluice/sink"
 )
 
 // storeIDs stores n records with fresh IDs through the admission path, in
@@ -31,14 +30,14 @@ func storeIDs(tb testing.TB, n int) float64 {
 			batch[j] = incoming{id: id, key: id, cost: 1}
 		}
 		results, _ := s.admitBatch(batch)
-		require.Equal(tb, sink.StatusStored, results[0].Status)
+		require.Equal(tb, sinkwire.StatusStored, results[0].Status)
 	}
 	after := heap()
 	require.EqualValues(tb, n, s.Stats().Accepted)
 	// The set still tells a stored ID from a new one.
 	results, _ := s.admitBatch([]incoming{{id: "nc10000042", cost: 1}, {id: "never-stored", cost: 1}})
-	require.Equal(tb, sink.StatusDuplicate, results[0].Status)
-	require.Equal(tb, sink.StatusStored, results[1].Status)
+	require.Equal(tb, sinkwire.StatusDuplicate, results[0].Status)
+	require.Equal(tb, sinkwire.StatusStored, results[1].Status)
 	runtime.KeepAlive(s)
 	return float64(after-before) / float64(n)
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ingest"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // Range partition defaults of the emulator (Config.PartitionLimit and
@@ -153,10 +153,10 @@ func (r *ranges) split(i int) bool {
 }
 
 // stats returns the layout and counters of every range.
-func (r *ranges) stats() []sink.PartitionStats {
-	out := make([]sink.PartitionStats, len(r.parts))
+func (r *ranges) stats() []sinkwire.PartitionStats {
+	out := make([]sinkwire.PartitionStats, len(r.parts))
 	for i, p := range r.parts {
-		out[i] = sink.PartitionStats{Low: p.low, Accepted: p.accepted, Throttled: p.throttled, MaxOps1s: p.ops.Max()}
+		out[i] = sinkwire.PartitionStats{Low: p.low, Accepted: p.accepted, Throttled: p.throttled, MaxOps1s: p.ops.Max()}
 		if i+1 < len(r.parts) {
 			out[i].High = r.parts[i+1].low
 		}

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/sinkwire"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sluicehq/sluice/sink"
 )
 
 // drive posts perTick records every 100 ms for d, keys from key(i), and
@@ -21,7 +20,7 @@ func drive(t *testing.T, s *Sim, clock *fakeClock, d time.Duration, perTick int,
 	var perSecond []int
 	n := 0
 	for tick := 0; time.Duration(tick)*100*time.Millisecond < d; tick++ {
-		batch := make([]sink.WireRecord, perTick)
+		batch := make([]sinkwire.Record, perTick)
 		for j := range batch {
 			batch[j] = rec(fmt.Sprintf("r%07d", n), 0)
 			batch[j].Key = key(n)
@@ -31,7 +30,7 @@ func drive(t *testing.T, s *Sim, clock *fakeClock, d time.Duration, perTick int,
 		if tick%10 == 0 {
 			perSecond = append(perSecond, 0)
 		}
-		perSecond[len(perSecond)-1] += countStatus(resp.Results)[sink.StatusStored]
+		perSecond[len(perSecond)-1] += countStatus(resp.Results)[sinkwire.StatusStored]
 		clock.Advance(100 * time.Millisecond)
 	}
 	return perSecond
@@ -89,7 +88,7 @@ func TestRangeSplitsAtTheMedianOfItsRecentKeys(t *testing.T) {
 	}
 	require.True(t, r.split(0))
 	st := r.stats()
-	require.Equal(t, []sink.PartitionStats{{Low: "", High: "c", Accepted: 5, MaxOps1s: 5}, {Low: "c", MaxOps1s: 5}}, st, "the new half carries the last second's operations")
+	require.Equal(t, []sinkwire.PartitionStats{{Low: "", High: "c", Accepted: 5, MaxOps1s: 5}, {Low: "c", MaxOps1s: 5}}, st, "the new half carries the last second's operations")
 	require.Equal(t, 0, r.find("bzz"))
 	require.Equal(t, 1, r.find("c"))
 	require.Equal(t, 1, r.find("zzz"))
@@ -103,13 +102,13 @@ func TestRangeSplitsAtTheMedianOfItsRecentKeys(t *testing.T) {
 func TestRangeThrottlesOnlyItsOwnRecords(t *testing.T) {
 	t.Parallel()
 	s, _ := newTestSim(t, Config{Capacity: 1000, PartitionLimit: 2})
-	batch := []sink.WireRecord{rec("a1", 0), rec("a2", 0), rec("a3", 0), rec("b1", 0)}
+	batch := []sinkwire.Record{rec("a1", 0), rec("a2", 0), rec("a3", 0), rec("b1", 0)}
 	w, resp := post(t, s, batch)
 	require.Equal(t, http.StatusMultiStatus, w.Code)
-	require.Equal(t, []int{sink.StatusStored, sink.StatusStored, sink.StatusThrottled, sink.StatusThrottled}, []int{
+	require.Equal(t, []int{sinkwire.StatusStored, sinkwire.StatusStored, sinkwire.StatusThrottled, sinkwire.StatusThrottled}, []int{
 		resp.Results[0].Status, resp.Results[1].Status, resp.Results[2].Status, resp.Results[3].Status},
 		"one range at first: its limit of 2 holds for every key")
-	after, err := strconv.Atoi(w.Header().Get(sink.HeaderRetryAfterMs))
+	after, err := strconv.Atoi(w.Header().Get(sinkwire.HeaderRetryAfterMs))
 	require.NoError(t, err)
 	require.Equal(t, 1000, after, "the range frees up one second after its first admission")
 	st := s.Snapshot(false)

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ingest"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // Emulator modes (Config.Mode).
@@ -126,7 +126,7 @@ type Sim struct {
 	admit                   ingest.Window // window mode: admitted units in the last 1 s
 	win1s                   ingest.Window // stats: max units in any 1 s
 	win200                  ingest.Window // stats: max units in any 200 ms
-	stats                   sink.SimStats
+	stats                   sinkwire.Stats
 	series                  []int64
 	ranges                  *ranges // nil without PartitionLimit
 }
@@ -146,21 +146,21 @@ func HashID(id string) IDHash {
 func New(cfg Config) (*Sim, error) {
 	switch {
 	case cfg.Capacity <= 0 || cfg.Capacity > MaxCapacity:
-		return nil, fmt.Errorf("sink: capacity %d units/s out of range 1..%d", cfg.Capacity, MaxCapacity)
+		return nil, fmt.Errorf("sinksim: capacity %d units/s out of range 1..%d", cfg.Capacity, MaxCapacity)
 	case !(cfg.ErrorRate >= 0 && cfg.ErrorRate <= 1):
-		return nil, fmt.Errorf("sink: error rate %v out of range 0..1", cfg.ErrorRate)
+		return nil, fmt.Errorf("sinksim: error rate %v out of range 0..1", cfg.ErrorRate)
 	case cfg.Latency < 0:
-		return nil, fmt.Errorf("sink: latency %v is negative", cfg.Latency)
+		return nil, fmt.Errorf("sinksim: latency %v is negative", cfg.Latency)
 	case cfg.MaxBodyBytes < 0:
-		return nil, fmt.Errorf("sink: max body bytes %d is negative", cfg.MaxBodyBytes)
+		return nil, fmt.Errorf("sinksim: max body bytes %d is negative", cfg.MaxBodyBytes)
 	case cfg.ChargeFactor < 0 || math.IsNaN(cfg.ChargeFactor) || math.IsInf(cfg.ChargeFactor, 0):
-		return nil, fmt.Errorf("sink: charge factor %v must be a finite number > 0", cfg.ChargeFactor)
+		return nil, fmt.Errorf("sinksim: charge factor %v must be a finite number > 0", cfg.ChargeFactor)
 	case cfg.PartitionLimit < 0 || cfg.PartitionLimit > MaxCapacity:
-		return nil, fmt.Errorf("sink: partition limit %d ops/s out of range 0..%d", cfg.PartitionLimit, MaxCapacity)
+		return nil, fmt.Errorf("sinksim: partition limit %d ops/s out of range 0..%d", cfg.PartitionLimit, MaxCapacity)
 	case cfg.SplitAfter < 0:
-		return nil, fmt.Errorf("sink: split-after %v is negative", cfg.SplitAfter)
+		return nil, fmt.Errorf("sinksim: split-after %v is negative", cfg.SplitAfter)
 	case cfg.MaxPartitions < 0:
-		return nil, fmt.Errorf("sink: max partitions %d is negative", cfg.MaxPartitions)
+		return nil, fmt.Errorf("sinksim: max partitions %d is negative", cfg.MaxPartitions)
 	}
 	if cfg.SplitAfter == 0 {
 		cfg.SplitAfter = DefaultSplitAfter
@@ -175,17 +175,17 @@ func New(cfg Config) (*Sim, error) {
 		cfg.Mode = ModeBucket
 	}
 	if cfg.Mode != ModeBucket && cfg.Mode != ModeWindow {
-		return nil, fmt.Errorf("sink: unknown mode %q (want %s or %s)", cfg.Mode, ModeBucket, ModeWindow)
+		return nil, fmt.Errorf("sinksim: unknown mode %q (want %s or %s)", cfg.Mode, ModeBucket, ModeWindow)
 	}
 	if cfg.Unit == "" {
 		cfg.Unit = ingest.UnitRecords
 	}
 	if _, err := ingest.ParseUnit(string(cfg.Unit)); err != nil {
-		return nil, fmt.Errorf("sink: %w", err)
+		return nil, fmt.Errorf("sinksim: %w", err)
 	}
 	for i, f := range cfg.RequiredFields {
 		if f == "" {
-			return nil, fmt.Errorf("sink: required field %d is empty", i)
+			return nil, fmt.Errorf("sinksim: required field %d is empty", i)
 		}
 	}
 	cfg.RequiredFields = append([]string(nil), cfg.RequiredFields...)
@@ -211,7 +211,7 @@ func (s *Sim) Reset() {
 	s.stored = make(map[IDHash]struct{})
 	s.tokens, s.filled = s.cfg.Capacity*int64(time.Second), 0
 	s.admit, s.win1s, s.win200 = ingest.NewWindow(time.Second), ingest.NewWindow(time.Second), ingest.NewWindow(200*time.Millisecond)
-	s.stats = sink.SimStats{Mode: s.cfg.Mode, Unit: s.cfg.Unit}
+	s.stats = sinkwire.Stats{Mode: s.cfg.Mode, Unit: s.cfg.Unit}
 	s.stats.CapacityPerSec = s.cfg.Capacity
 	s.series = nil
 	s.charged = false
@@ -228,7 +228,7 @@ func (s *Sim) Stats() ingest.SinkStats {
 
 // Snapshot returns the full statistics; with series, also the units charged
 // per 200 ms bucket.
-func (s *Sim) Snapshot(series bool) sink.SimStats {
+func (s *Sim) Snapshot(series bool) sinkwire.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
@@ -250,11 +250,11 @@ func (s *Sim) Snapshot(series bool) sink.SimStats {
 // (?series=1 adds the 200 ms series) and POST /v1/reset.
 func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+sink.PathRecords, s.serveRecords)
-	mux.HandleFunc("GET "+sink.PathStats, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST "+sinkwire.PathRecords, s.serveRecords)
+	mux.HandleFunc("GET "+sinkwire.PathStats, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Snapshot(r.URL.Query().Get("series") == "1"))
 	})
-	mux.HandleFunc("POST "+sink.PathReset, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("POST "+sinkwire.PathReset, func(w http.ResponseWriter, _ *http.Request) {
 		s.Reset()
 		w.WriteHeader(http.StatusNoContent)
 	})
@@ -274,17 +274,17 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.countMalformed()
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, sink.WireResponse{Results: []sink.WireResult{},
+			writeJSON(w, http.StatusRequestEntityTooLarge, sinkwire.Response{Results: []sinkwire.Result{},
 				Error: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)})
 			return
 		}
-		writeJSON(w, http.StatusBadRequest, sink.WireResponse{Results: []sink.WireResult{}, Error: "read request body: " + err.Error()})
+		writeJSON(w, http.StatusBadRequest, sinkwire.Response{Results: []sinkwire.Result{}, Error: "read request body: " + err.Error()})
 		return
 	}
 	elems, err := readBody(body, len(s.cfg.RequiredFields) > 0 || s.cfg.Charge != nil)
 	if err != nil {
 		s.countMalformed()
-		writeJSON(w, http.StatusBadRequest, sink.WireResponse{Results: []sink.WireResult{},
+		writeJSON(w, http.StatusBadRequest, sinkwire.Response{Results: []sinkwire.Result{},
 			Error: "request body must be a JSON array of {id, cost, value} records: " + err.Error()})
 		return
 	}
@@ -306,9 +306,9 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 	code, stored, throttled := http.StatusOK, 0, 0
 	for _, res := range results {
 		switch res.Status {
-		case sink.StatusStored, sink.StatusDuplicate:
+		case sinkwire.StatusStored, sinkwire.StatusDuplicate:
 			stored++
-		case sink.StatusThrottled:
+		case sinkwire.StatusThrottled:
 			throttled++
 		}
 	}
@@ -324,12 +324,12 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 	for _, res := range results {
 		charge += res.Charge
 	}
-	w.Header().Set(sink.HeaderRequestCharge, strconv.FormatInt(charge, 10))
+	w.Header().Set(sinkwire.HeaderRequestCharge, strconv.FormatInt(charge, 10))
 	if throttled > 0 {
-		w.Header().Set(sink.HeaderRetryAfter, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Second)), 10))
-		w.Header().Set(sink.HeaderRetryAfterMs, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Millisecond)), 10))
+		w.Header().Set(sinkwire.HeaderRetryAfter, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Second)), 10))
+		w.Header().Set(sinkwire.HeaderRetryAfterMs, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Millisecond)), 10))
 	}
-	writeJSON(w, code, sink.WireResponse{Results: results})
+	writeJSON(w, code, sinkwire.Response{Results: results})
 }
 
 // parse validates element i of a request; the record is rejected (reason
@@ -397,7 +397,7 @@ func (s *Sim) parse(i int, el *element) incoming {
 // otherwise an injected failure (503, not charged), else the record is
 // charged and stored (201) or found a duplicate (200). wait is the time
 // until the first throttled record would fit, 0 if none was throttled.
-func (s *Sim) admitBatch(recs []incoming) (results []sink.WireResult, wait time.Duration) {
+func (s *Sim) admitBatch(recs []incoming) (results []sinkwire.Result, wait time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at := s.now()
@@ -405,21 +405,21 @@ func (s *Sim) admitBatch(recs []incoming) (results []sink.WireResult, wait time.
 	if s.cfg.Mode == ModeWindow {
 		s.admit.Expire(at)
 	}
-	results = make([]sink.WireResult, len(recs))
+	results = make([]sinkwire.Result, len(recs))
 	var charged, acceptedUnits int64
 	throttled := false    // capacity exhausted: the rest of the request is throttled
 	anyThrottled := false // a record was throttled, by capacity or by its range
 	for i, in := range recs {
-		res := sink.WireResult{ID: in.id}
+		res := sinkwire.Result{ID: in.id}
 		switch {
 		case in.reason != "":
-			res.Status, res.Error = sink.StatusRejected, in.reason
+			res.Status, res.Error = sinkwire.StatusRejected, in.reason
 			s.stats.Rejected++
 		case throttled:
-			res.Status, res.Error = sink.StatusThrottled, "throttled: capacity exhausted"
+			res.Status, res.Error = sinkwire.StatusThrottled, "throttled: capacity exhausted"
 			s.stats.Throttled++
 		case s.cfg.ErrorRate > 0 && s.rng.Float64() < s.cfg.ErrorRate:
-			res.Status, res.Error = sink.StatusFailed, "injected failure"
+			res.Status, res.Error = sinkwire.StatusFailed, "injected failure"
 			s.stats.Failed++
 		default:
 			part := -1
@@ -431,7 +431,7 @@ func (s *Sim) admitBatch(recs []incoming) (results []sink.WireResult, wait time.
 						wait = w
 					}
 					anyThrottled = true
-					res.Status, res.Error = sink.StatusThrottled, "throttled: the key's range partition is at its limit"
+					res.Status, res.Error = sinkwire.StatusThrottled, "throttled: the key's range partition is at its limit"
 					s.stats.Throttled++
 					break
 				}
@@ -441,7 +441,7 @@ func (s *Sim) admitBatch(recs []incoming) (results []sink.WireResult, wait time.
 					wait = w
 				}
 				throttled, anyThrottled = true, true
-				res.Status, res.Error = sink.StatusThrottled, "throttled: capacity exhausted"
+				res.Status, res.Error = sinkwire.StatusThrottled, "throttled: capacity exhausted"
 				s.stats.Throttled++
 				break
 			}
@@ -452,12 +452,12 @@ func (s *Sim) admitBatch(recs []incoming) (results []sink.WireResult, wait time.
 			res.Charge = in.cost
 			h := HashID(in.id)
 			if _, dup := s.stored[h]; dup {
-				res.Status = sink.StatusDuplicate
+				res.Status = sinkwire.StatusDuplicate
 				s.stats.Duplicates++
 				break
 			}
 			s.stored[h] = struct{}{}
-			res.Status = sink.StatusStored
+			res.Status = sinkwire.StatusStored
 			s.stats.Accepted++
 			acceptedUnits += in.cost
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // fakeClock is a settable clock for the emulator.
@@ -50,16 +50,16 @@ func newTestSim(t *testing.T, cfg Config) (*Sim, *fakeClock) {
 }
 
 // rec is a valid wire record with the given id and cost (0: omitted).
-func rec(id string, cost int64) sink.WireRecord {
-	r := sink.WireRecord{ID: id, Value: json.RawMessage(`{"id":"` + id + `","mag":1.5}`)}
+func rec(id string, cost int64) sinkwire.Record {
+	r := sinkwire.Record{ID: id, Value: json.RawMessage(`{"id":"` + id + `","mag":1.5}`)}
 	if cost > 0 {
 		r.Cost = &cost
 	}
 	return r
 }
 
-func recs(prefix string, n int) []sink.WireRecord {
-	out := make([]sink.WireRecord, n)
+func recs(prefix string, n int) []sinkwire.Record {
+	out := make([]sinkwire.Record, n)
 	for i := range out {
 		out[i] = rec(fmt.Sprintf("%s-%d", prefix, i), 0)
 	}
@@ -67,7 +67,7 @@ func recs(prefix string, n int) []sink.WireRecord {
 }
 
 // post sends records to the emulator's handler in-process.
-func post(t *testing.T, s *Sim, body any) (*httptest.ResponseRecorder, sink.WireResponse) {
+func post(t *testing.T, s *Sim, body any) (*httptest.ResponseRecorder, sinkwire.Response) {
 	t.Helper()
 	var data []byte
 	switch b := body.(type) {
@@ -79,14 +79,14 @@ func post(t *testing.T, s *Sim, body any) (*httptest.ResponseRecorder, sink.Wire
 		require.NoError(t, err)
 	}
 	w := httptest.NewRecorder()
-	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, sink.PathRecords, bytes.NewReader(data)))
-	var resp sink.WireResponse
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, sinkwire.PathRecords, bytes.NewReader(data)))
+	var resp sinkwire.Response
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &resp), w.Body.String())
 	require.NotNil(t, resp.Results, "results is always present")
 	return w, resp
 }
 
-func countStatus(results []sink.WireResult) map[int]int {
+func countStatus(results []sinkwire.Result) map[int]int {
 	m := map[int]int{}
 	for _, r := range results {
 		m[r.Status]++
@@ -129,45 +129,45 @@ func TestSimBucketAdmitsExactly(t *testing.T) {
 	require.Equal(t, http.StatusMultiStatus, w.Code)
 	require.Len(t, resp.Results, 150)
 	for i, r := range resp.Results {
-		want := sink.StatusStored
+		want := sinkwire.StatusStored
 		if i >= 100 {
-			want = sink.StatusThrottled
+			want = sinkwire.StatusThrottled
 		}
 		require.Equal(t, want, r.Status, "record %d", i)
 		require.Equal(t, fmt.Sprintf("a-%d", i), r.ID)
 	}
 	// One unit comes back after 10 ms: Retry-After rounds up to 1 s.
 	require.Equal(t, "1", w.Header().Get("Retry-After"))
-	require.Equal(t, "10", w.Header().Get(sink.HeaderRetryAfterMs))
+	require.Equal(t, "10", w.Header().Get(sinkwire.HeaderRetryAfterMs))
 
 	// Nothing left at the same instant: the whole request is throttled.
 	w, resp = post(t, s, recs("b", 3))
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	require.Equal(t, map[int]int{sink.StatusThrottled: 3}, countStatus(resp.Results))
+	require.Equal(t, map[int]int{sinkwire.StatusThrottled: 3}, countStatus(resp.Results))
 	require.Equal(t, "1", w.Header().Get("Retry-After"))
 
 	// Half a second refills 50 units.
 	clock.Advance(500 * time.Millisecond)
 	w, resp = post(t, s, recs("c", 60))
 	require.Equal(t, http.StatusMultiStatus, w.Code)
-	require.Equal(t, map[int]int{sink.StatusStored: 50, sink.StatusThrottled: 10}, countStatus(resp.Results))
+	require.Equal(t, map[int]int{sinkwire.StatusStored: 50, sinkwire.StatusThrottled: 10}, countStatus(resp.Results))
 
 	// A cost-30 record needs 30 units: 300 ms of refill.
-	w, _ = post(t, s, []sink.WireRecord{rec("d", 30)})
+	w, _ = post(t, s, []sinkwire.Record{rec("d", 30)})
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	require.Equal(t, "300", w.Header().Get(sink.HeaderRetryAfterMs))
+	require.Equal(t, "300", w.Header().Get(sinkwire.HeaderRetryAfterMs))
 	clock.Advance(299 * time.Millisecond)
-	w, _ = post(t, s, []sink.WireRecord{rec("d", 30)})
+	w, _ = post(t, s, []sinkwire.Record{rec("d", 30)})
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	require.Equal(t, "1", w.Header().Get(sink.HeaderRetryAfterMs))
+	require.Equal(t, "1", w.Header().Get(sinkwire.HeaderRetryAfterMs))
 	clock.Advance(time.Millisecond)
-	w, _ = post(t, s, []sink.WireRecord{rec("d", 30)})
+	w, _ = post(t, s, []sinkwire.Record{rec("d", 30)})
 	require.Equal(t, http.StatusOK, w.Code)
 
 	// A long idle period refills to one second of capacity, no more.
 	clock.Advance(time.Hour)
 	_, resp = post(t, s, recs("e", 101))
-	require.Equal(t, map[int]int{sink.StatusStored: 100, sink.StatusThrottled: 1}, countStatus(resp.Results))
+	require.Equal(t, map[int]int{sinkwire.StatusStored: 100, sinkwire.StatusThrottled: 1}, countStatus(resp.Results))
 
 	st := s.Stats()
 	require.Equal(t, ingest.SinkStats{
@@ -190,7 +190,7 @@ func TestSimWindowModeNeverExceedsCapacity(t *testing.T) {
 		step := time.Duration(rng.Int64N(int64(60 * time.Millisecond)))
 		clock.Advance(step)
 		at += step
-		batch := make([]sink.WireRecord, 1+rng.IntN(30))
+		batch := make([]sinkwire.Record, 1+rng.IntN(30))
 		for i := range batch {
 			batch[i] = rec(fmt.Sprint(id), 1+rng.Int64N(5))
 			id++
@@ -198,7 +198,7 @@ func TestSimWindowModeNeverExceedsCapacity(t *testing.T) {
 		_, resp := post(t, s, batch)
 		var units int64
 		for i, r := range resp.Results {
-			if r.Status == sink.StatusStored {
+			if r.Status == sinkwire.StatusStored {
 				units += *batch[i].Cost
 			}
 		}
@@ -216,43 +216,43 @@ func TestSimWindowModeNeverExceedsCapacity(t *testing.T) {
 func TestSimWindowModeEdges(t *testing.T) {
 	t.Parallel()
 	s, clock := newTestSim(t, Config{Capacity: 100, Mode: ModeWindow})
-	_, resp := post(t, s, []sink.WireRecord{rec("a", 60)})
-	require.Equal(t, sink.StatusStored, resp.Results[0].Status)
+	_, resp := post(t, s, []sinkwire.Record{rec("a", 60)})
+	require.Equal(t, sinkwire.StatusStored, resp.Results[0].Status)
 	clock.Advance(400 * time.Millisecond)
-	_, resp = post(t, s, []sink.WireRecord{rec("b", 40)})
-	require.Equal(t, sink.StatusStored, resp.Results[0].Status)
+	_, resp = post(t, s, []sinkwire.Record{rec("b", 40)})
+	require.Equal(t, sinkwire.StatusStored, resp.Results[0].Status)
 
 	// Full until the 60 units at t0 leave the window (t0, t0+1s].
 	clock.Advance(100 * time.Millisecond)
-	w, _ := post(t, s, []sink.WireRecord{rec("c", 50)})
+	w, _ := post(t, s, []sinkwire.Record{rec("c", 50)})
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	require.Equal(t, "500", w.Header().Get(sink.HeaderRetryAfterMs))
+	require.Equal(t, "500", w.Header().Get(sinkwire.HeaderRetryAfterMs))
 	clock.Advance(500*time.Millisecond - 1)
-	w, _ = post(t, s, []sink.WireRecord{rec("c", 50)})
+	w, _ = post(t, s, []sinkwire.Record{rec("c", 50)})
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	clock.Advance(1)
-	w, _ = post(t, s, []sink.WireRecord{rec("c", 50)})
+	w, _ = post(t, s, []sinkwire.Record{rec("c", 50)})
 	require.Equal(t, http.StatusOK, w.Code)
 
 	// 10 units left now; a cost-50 record waits for the 40 at t0+400ms to leave,
 	// a cost-51 one for the 50 admitted just now.
-	w, _ = post(t, s, []sink.WireRecord{rec("d", 50)})
-	require.Equal(t, "400", w.Header().Get(sink.HeaderRetryAfterMs))
-	w, _ = post(t, s, []sink.WireRecord{rec("d", 51)})
-	require.Equal(t, "1000", w.Header().Get(sink.HeaderRetryAfterMs))
+	w, _ = post(t, s, []sinkwire.Record{rec("d", 50)})
+	require.Equal(t, "400", w.Header().Get(sinkwire.HeaderRetryAfterMs))
+	w, _ = post(t, s, []sinkwire.Record{rec("d", 51)})
+	require.Equal(t, "1000", w.Header().Get(sinkwire.HeaderRetryAfterMs))
 	require.Equal(t, int64(100), s.Stats().MaxUnits1s)
 }
 
 func TestSimDedupe(t *testing.T) {
 	t.Parallel()
 	s, _ := newTestSim(t, Config{Capacity: 100})
-	w, resp := post(t, s, []sink.WireRecord{rec("x", 2), rec("y", 3), rec("x", 2)})
+	w, resp := post(t, s, []sinkwire.Record{rec("x", 2), rec("y", 3), rec("x", 2)})
 	require.Equal(t, http.StatusOK, w.Code, "stored and duplicates only: 200")
-	require.Equal(t, []int{sink.StatusStored, sink.StatusStored, sink.StatusDuplicate},
+	require.Equal(t, []int{sinkwire.StatusStored, sinkwire.StatusStored, sinkwire.StatusDuplicate},
 		[]int{resp.Results[0].Status, resp.Results[1].Status, resp.Results[2].Status})
-	w, resp = post(t, s, []sink.WireRecord{rec("y", 3)})
+	w, resp = post(t, s, []sinkwire.Record{rec("y", 3)})
 	require.Equal(t, http.StatusOK, w.Code)
-	require.Equal(t, sink.StatusDuplicate, resp.Results[0].Status)
+	require.Equal(t, sinkwire.StatusDuplicate, resp.Results[0].Status)
 
 	st := s.Snapshot(false)
 	require.Equal(t, int64(2), st.Accepted)
@@ -263,13 +263,13 @@ func TestSimDedupe(t *testing.T) {
 
 	// A duplicate with no capacity left is throttled, not answered 200.
 	_, resp = post(t, s, append(recs("fill", 90), rec("x", 1)))
-	require.Equal(t, sink.StatusThrottled, resp.Results[90].Status)
+	require.Equal(t, sinkwire.StatusThrottled, resp.Results[90].Status)
 }
 
 func TestSimRejectsInvalidRecords(t *testing.T) {
 	t.Parallel()
 	s, _ := newTestSim(t, Config{Capacity: 50, RequiredFields: []string{"mag", "time"}})
-	ok := sink.WireRecord{ID: "ok", Value: json.RawMessage(`{"mag":1,"time":"t"}`)}
+	ok := sinkwire.Record{ID: "ok", Value: json.RawMessage(`{"mag":1,"time":"t"}`)}
 	body := `[
 		{"id":"ok","value":{"mag":1,"time":"t"}},
 		{"id":"nomag","value":{"time":"t"}},
@@ -291,19 +291,19 @@ func TestSimRejectsInvalidRecords(t *testing.T) {
 		status int
 		reason string
 	}{
-		{sink.StatusStored, ""},
-		{sink.StatusRejected, `missing required field "mag"`},
-		{sink.StatusRejected, `missing required field "mag"`},
-		{sink.StatusRejected, "value is not a JSON object"},
-		{sink.StatusRejected, "value is not a JSON object"},
-		{sink.StatusRejected, "record has no value"},
-		{sink.StatusRejected, "record 6 has no id"},
-		{sink.StatusRejected, "record 7 is not a {id, cost, value} object"},
-		{sink.StatusRejected, "cost 0 is not ≥ 1"},
-		{sink.StatusRejected, "cost 51 units exceeds the sink's capacity of 50 units/s"},
-		{sink.StatusRejected, "record 10 is not a {id, cost, value} object"},
-		{sink.StatusRejected, "record 11 is not a {id, cost, value} object"},
-		{sink.StatusStored, ""},
+		{sinkwire.StatusStored, ""},
+		{sinkwire.StatusRejected, `missing required field "mag"`},
+		{sinkwire.StatusRejected, `missing required field "mag"`},
+		{sinkwire.StatusRejected, "value is not a JSON object"},
+		{sinkwire.StatusRejected, "value is not a JSON object"},
+		{sinkwire.StatusRejected, "record has no value"},
+		{sinkwire.StatusRejected, "record 6 has no id"},
+		{sinkwire.StatusRejected, "record 7 is not a {id, cost, value} object"},
+		{sinkwire.StatusRejected, "cost 0 is not ≥ 1"},
+		{sinkwire.StatusRejected, "cost 51 units exceeds the sink's capacity of 50 units/s"},
+		{sinkwire.StatusRejected, "record 10 is not a {id, cost, value} object"},
+		{sinkwire.StatusRejected, "record 11 is not a {id, cost, value} object"},
+		{sinkwire.StatusStored, ""},
 	}
 	require.Len(t, resp.Results, len(want))
 	for i, wr := range want {
@@ -319,9 +319,9 @@ func TestSimRejectsInvalidRecords(t *testing.T) {
 	require.Equal(t, int64(2), st.UnitsAccepted, "rejected records are not charged")
 
 	// All rejected is still 207.
-	w, _ = post(t, s, []sink.WireRecord{{ID: "bad", Value: json.RawMessage(`{}`)}})
+	w, _ = post(t, s, []sinkwire.Record{{ID: "bad", Value: json.RawMessage(`{}`)}})
 	require.Equal(t, http.StatusMultiStatus, w.Code)
-	w, _ = post(t, s, []sink.WireRecord{ok})
+	w, _ = post(t, s, []sinkwire.Record{ok})
 	require.Equal(t, http.StatusOK, w.Code)
 }
 
@@ -348,7 +348,7 @@ func TestSimMalformedRequests(t *testing.T) {
 	require.Equal(t, int64(0), st.Records)
 
 	w2 := httptest.NewRecorder()
-	s.Handler().ServeHTTP(w2, httptest.NewRequest(http.MethodGet, sink.PathRecords, nil))
+	s.Handler().ServeHTTP(w2, httptest.NewRequest(http.MethodGet, sinkwire.PathRecords, nil))
 	require.Equal(t, http.StatusMethodNotAllowed, w2.Code)
 }
 
@@ -363,9 +363,9 @@ func TestSimInjectedFailures(t *testing.T) {
 		}
 		st := s.Stats()
 		c := countStatus(resp.Results)
-		require.Equal(t, int64(c[sink.StatusFailed]), st.Failed)
-		require.Equal(t, int64(c[sink.StatusStored]), st.UnitsAccepted, "failed records are not charged")
-		require.InDelta(t, 60, c[sink.StatusFailed], 25)
+		require.Equal(t, int64(c[sinkwire.StatusFailed]), st.Failed)
+		require.Equal(t, int64(c[sinkwire.StatusStored]), st.UnitsAccepted, "failed records are not charged")
+		require.InDelta(t, 60, c[sinkwire.StatusFailed], 25)
 		return out
 	}
 	require.Equal(t, run(), run(), "the same seed fails the same records")
@@ -373,7 +373,7 @@ func TestSimInjectedFailures(t *testing.T) {
 	s, _ := newTestSim(t, Config{Capacity: 10, ErrorRate: 1})
 	w, resp := post(t, s, recs("f", 3))
 	require.Equal(t, http.StatusMultiStatus, w.Code)
-	require.Equal(t, map[int]int{sink.StatusFailed: 3}, countStatus(resp.Results))
+	require.Equal(t, map[int]int{sinkwire.StatusFailed: 3}, countStatus(resp.Results))
 	require.Equal(t, "injected failure", resp.Results[0].Error)
 }
 
@@ -382,7 +382,7 @@ func TestSimBytesUnitDefaultCost(t *testing.T) {
 	s, _ := newTestSim(t, Config{Capacity: 100, Unit: ingest.UnitBytes})
 	value := `{"a": "0123456789"}` // 19 bytes
 	_, resp := post(t, s, `[{"id":"a","value":`+value+`},{"id":"b","cost":5,"value":{}}]`)
-	require.Equal(t, map[int]int{sink.StatusStored: 2}, countStatus(resp.Results))
+	require.Equal(t, map[int]int{sinkwire.StatusStored: 2}, countStatus(resp.Results))
 	require.Equal(t, int64(len(value)+5), s.Stats().UnitsAccepted)
 }
 
@@ -394,18 +394,18 @@ func TestSimStatsEndpointAndReset(t *testing.T) {
 	post(t, s, recs("b", 5))
 	post(t, s, recs("a", 2))
 
-	get := func(url string) sink.SimStats {
+	get := func(url string) sinkwire.Stats {
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, url, nil))
 		require.Equal(t, http.StatusOK, w.Code)
-		var st sink.SimStats
+		var st sinkwire.Stats
 		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &st))
 		var plain ingest.SinkStats
 		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &plain))
 		require.Equal(t, st.SinkStats, plain, "decodes as ingest.SinkStats")
 		return st
 	}
-	st := get(sink.PathStats)
+	st := get(sinkwire.PathStats)
 	require.Equal(t, s.Stats(), st.SinkStats)
 	require.Equal(t, int64(15), st.Accepted)
 	require.Equal(t, int64(2), st.Duplicates)
@@ -414,16 +414,16 @@ func TestSimStatsEndpointAndReset(t *testing.T) {
 	require.Equal(t, int64(10), st.MaxUnits200ms)
 	require.Nil(t, st.UnitsPer200ms)
 
-	st = get(sink.PathStats + "?series=1")
+	st = get(sinkwire.PathStats + "?series=1")
 	require.Equal(t, []int64{10, 0, 7}, st.UnitsPer200ms)
 	require.Equal(t, newFakeClock().Now(), st.SeriesStart.UTC())
 
 	w := httptest.NewRecorder()
-	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, sink.PathReset, nil))
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, sinkwire.PathReset, nil))
 	require.Equal(t, http.StatusNoContent, w.Code)
 	require.Equal(t, ingest.SinkStats{CapacityPerSec: 100}, s.Stats())
 	_, resp := post(t, s, recs("a", 100))
-	require.Equal(t, map[int]int{sink.StatusStored: 100}, countStatus(resp.Results), "ids forgotten, bucket full")
+	require.Equal(t, map[int]int{sinkwire.StatusStored: 100}, countStatus(resp.Results), "ids forgotten, bucket full")
 }
 
 func TestSimClockGoingBackwardsIsClamped(t *testing.T) {
@@ -434,5 +434,5 @@ func TestSimClockGoingBackwardsIsClamped(t *testing.T) {
 	clock.Advance(-500 * time.Millisecond)
 	w, _ := post(t, s, recs("b", 1))
 	require.Equal(t, http.StatusTooManyRequests, w.Code, "no refill from a clock going back")
-	require.Equal(t, "100", w.Header().Get(sink.HeaderRetryAfterMs))
+	require.Equal(t, "100", w.Header().Get(sinkwire.HeaderRetryAfterMs))
 }

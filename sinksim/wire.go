@@ -8,8 +8,7 @@ import (
 	"strconv"
 
 	"github.com/go-json-experiment/json/jsontext"
-
-	"github.com/sluicehq/sluice/sink"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // lenient accepts what encoding/json accepts: repeated names (the last
@@ -21,7 +20,7 @@ var lenient = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.Al
 // without regard to case, null leaving a field unset), and the first
 // field of the wrong type, if any.
 type element struct {
-	rec     sink.WireRecord
+	rec     sinkwire.Record
 	value   []byte // a copy of the value, kept only when asked for
 	valueN  int    // the value's length
 	first   byte   // the value's first byte; 0 when absent

@@ -4,9 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/sluicehq/sluice/sinkwire"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sluicehq/sluice/sink"
 )
 
 // readBody reads every element as encoding/json fills a sink.WireRecord:
@@ -24,7 +23,7 @@ func TestReadBodyAgreesWithEncodingJSON(t *testing.T) {
 		{"id":"val-str","value":"text"},
 		{"value":{}}
 	]`
-	var want []sink.WireRecord
+	var want []sinkwire.Record
 	require.NoError(t, json.Unmarshal([]byte(body), &want))
 	got, err := readBody([]byte(body), true)
 	require.NoError(t, err)
@@ -42,7 +41,7 @@ func TestReadBodyAgreesWithEncodingJSON(t *testing.T) {
 
 	for _, bad := range []string{`[{"id":7,"value":{}}]`, `[{"id":"a","cost":1.5,"value":{}}]`, `[{"id":"a","cost":"1","value":{}}]`,
 		`[{"id":["a"],"value":{}}]`, `[{"id":"a","key":true,"value":{}}]`} {
-		var w []sink.WireRecord
+		var w []sinkwire.Record
 		require.Error(t, json.Unmarshal([]byte(bad), &w), bad)
 		got, err := readBody([]byte(bad), false)
 		require.NoError(t, err, bad)

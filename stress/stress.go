@@ -103,11 +103,11 @@ func Stress(ctx context.Context, s ingest.Sink, cfg Config) (Report, error) {
 	}
 	switch {
 	case !(cfg.Start > 0) || !(cfg.Step > 0) || !(cfg.Max >= cfg.Start):
-		return Report{}, fmt.Errorf("sink: stress: want start > 0, step > 0 and max ≥ start (got %v, %v, %v)", cfg.Start, cfg.Step, cfg.Max)
+		return Report{}, fmt.Errorf("stress: want start > 0, step > 0 and max ≥ start (got %v, %v, %v)", cfg.Start, cfg.Step, cfg.Max)
 	case cfg.StepEvery < time.Second:
-		return Report{}, fmt.Errorf("sink: stress: step-every %v is under 1 s", cfg.StepEvery)
+		return Report{}, fmt.Errorf("stress: step-every %v is under 1 s", cfg.StepEvery)
 	case cfg.BatchSize < 1 || cfg.Concurrency < 1 || cfg.Threshold < 0 || cfg.Threshold >= 1 || cfg.Target < 0:
-		return Report{}, errors.New("sink: stress: batch size and concurrency must be ≥ 1, threshold in [0, 1), target ≥ 0")
+		return Report{}, errors.New("stress: batch size and concurrency must be ≥ 1, threshold in [0, 1), target ≥ 0")
 	}
 	d := &stressDriver{sink: s, cfg: cfg, inflight: make(chan struct{}, cfg.Concurrency)}
 	rep := Report{Prefix: cfg.Prefix, Target: cfg.Target, StoppedBy: "max"}

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/sinksim"
+	"github.com/sluicehq/sluice/sinkwire"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -114,13 +115,13 @@ func newWorld(t *testing.T, cfg sinksim.Config) *world {
 
 // note records the units the sink charged in one answer.
 func (w *world) note(at time.Duration, body []byte) {
-	var res sink.WireResponse
+	var res sinkwire.Response
 	if json.Unmarshal(body, &res) != nil {
 		return
 	}
 	var units int64
 	for _, r := range res.Results {
-		if r.Status == sink.StatusStored || r.Status == sink.StatusDuplicate {
+		if r.Status == sinkwire.StatusStored || r.Status == sinkwire.StatusDuplicate {
 			units += max(r.Charge, 1)
 		}
 	}

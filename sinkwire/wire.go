@@ -1,4 +1,4 @@
-package sink
+package sinkwire
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ const (
 	PathReset   = "/v1/reset"
 )
 
-// Per-record statuses of the wire protocol (WireResult.Status).
+// Per-record statuses of the wire protocol (Result.Status).
 const (
 	StatusStored    = 201 // stored for the first time
 	StatusDuplicate = 200 // ID already stored; charged, not stored again
@@ -37,8 +37,8 @@ const (
 	HeaderRequestCharge = "x-ms-request-charge"
 )
 
-// WireRecord is one element of the JSON array POSTed to /v1/records.
-type WireRecord struct {
+// Record is one element of the JSON array POSTed to /v1/records.
+type Record struct {
 	// ID is the idempotency key; required, non-empty.
 	ID string `json:"id"`
 	// Cost is the units the record is charged, ≥ 1. When absent the sink
@@ -51,8 +51,8 @@ type WireRecord struct {
 	Key string `json:"key,omitempty"`
 }
 
-// WireResult is the sink's answer for one record, in request order.
-type WireResult struct {
+// Result is the sink's answer for one record, in request order.
+type Result struct {
 	ID     string `json:"id"`
 	Status int    `json:"status"`
 	Error  string `json:"error,omitempty"`
@@ -61,18 +61,18 @@ type WireResult struct {
 	Charge int64 `json:"charge,omitempty"`
 }
 
-// WireResponse is the body of every /v1/records answer. Results has one
+// Response is the body of every /v1/records answer. Results has one
 // entry per request element when the body was a JSON array; Error explains
 // a whole-request failure (malformed body, too large).
-type WireResponse struct {
-	Results []WireResult `json:"results"`
-	Error   string       `json:"error,omitempty"`
+type Response struct {
+	Results []Result `json:"results"`
+	Error   string   `json:"error,omitempty"`
 }
 
-// SimStats is the body of GET /v1/stats: ingest.SinkStats plus the
+// Stats is the body of GET /v1/stats: ingest.SinkStats plus the
 // emulator's own figures. A client that decodes it into ingest.SinkStats
 // ignores the extras.
-type SimStats struct {
+type Stats struct {
 	ingest.SinkStats
 	// Mode is "bucket" or "window".
 	Mode string `json:"mode"`
@@ -98,7 +98,7 @@ type SimStats struct {
 	// UnitsPer200ms is the units charged in each consecutive 200 ms bucket
 	// since SeriesStart, up to the last admission. Only with ?series=1.
 	UnitsPer200ms []int64 `json:"units_per_200ms,omitempty"`
-	// Partitions is the range layout with SimConfig.PartitionLimit, in key
+	// Partitions is the range layout with sinksim.Config.PartitionLimit, in key
 	// order; Splits counts the splits so far.
 	Partitions []PartitionStats `json:"partitions,omitempty"`
 	Splits     int              `json:"splits,omitempty"`
