@@ -139,7 +139,7 @@ func New(cfg Config, p Ports) (*Load, error) {
 
 // Run loads the input and returns the summary. It stops early, with the
 // summary of what was done, when ctx ends (its cause), when a worker gives
-// up (its *ingest.StalledError), when the dead letters exceed the limit
+// up (its *pipeline.StalledError), when the dead letters exceed the limit
 // (ErrTooManyDeadLetters), or, without workers, when none drains the topic
 // (ErrNoWorkers). Records produced but not delivered then are still in the
 // topic, and a rerun of the same load resumes.

@@ -28,3 +28,10 @@ const (
 	// itself not ready: 30 s.
 	DefaultReadyAfter = 30 * time.Second
 )
+
+// RecordOverhead is what a record in flight is counted as beyond its key
+// and value, in bytes: its bookkeeping (the item, the Record, the queue's
+// message and offset entry, its ID). It keeps a byte budget a bound on
+// memory for records of a few bytes, too: a budget of B bytes holds at most
+// B ÷ RecordOverhead records.
+const RecordOverhead = 256

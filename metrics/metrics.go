@@ -66,7 +66,7 @@ type Worker struct {
 }
 
 // SinkState is what the collector reads of a pipeline's sink;
-// *ingest.Pipeline implements it.
+// *pipeline.Pipeline implements it.
 type SinkState interface {
 	SinkPaused() (paused bool, since time.Time)
 	SinkPausedTotal() time.Duration

@@ -2,7 +2,7 @@
 // topic's consumer group (queue.Source), leases on a capacity pool in Redis
 // (lease.Manager), the slice pacer over them (pacing.Pacer) and the
 // pipeline that drains the one into the sink at the other's rate
-// (ingest.Pipeline), from one Config whose defaults are filled and checked
+// (pipeline.Pipeline), from one Config whose defaults are filled and checked
 // in one place. The CLI, the benchmarks and the tests all build workers
 // here.
 //
@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/pacing"
+	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sink"
 )
@@ -111,7 +112,7 @@ type Config struct {
 	// ReadyAfter is how long a failure lasts before the worker reports
 	// itself not ready. Defaults to ingest.DefaultReadyAfter (30 s).
 	ReadyAfter time.Duration
-	// StallTimeout makes Run return an *ingest.StalledError when a failure
+	// StallTimeout makes Run return an *pipeline.StalledError when a failure
 	// lasts this long. Default 0: never.
 	StallTimeout time.Duration
 	// MaxBatch is the most records per sink request. Defaults to
@@ -121,7 +122,7 @@ type Config struct {
 	// ingest.DefaultConcurrency (16).
 	Concurrency int
 	// MaxInFlightBytes bounds memory: the most bytes of records fetched
-	// and not finished (see ingest.PipelineConfig.MaxInFlightBytes).
+	// and not finished (see pipeline.PipelineConfig.MaxInFlightBytes).
 	// Defaults to ingest.DefaultMaxInFlightBytes (64 MiB).
 	MaxInFlightBytes int64
 	// MaxInFlight, when > 0, also bounds the records fetched and not
@@ -215,7 +216,7 @@ type Worker struct {
 	close    func() error    // releases the source of a worker that will not run
 	lease    *lease.Manager
 	pacer    *pacing.Pacer
-	pipeline *ingest.Pipeline
+	pipeline *pipeline.Pipeline
 }
 
 // New checks cfg, fills its defaults and builds the worker. The consumer
@@ -264,7 +265,7 @@ func New(cfg Config) (_ *Worker, err error) {
 	if cfg.Metrics != nil {
 		observe = cfg.Metrics.ObserveWrite(cfg.Pool.Name)
 	}
-	pl, err := ingest.NewPipeline(ingest.PipelineConfig{
+	pl, err := pipeline.NewPipeline(pipeline.PipelineConfig{
 		Pricing:          cfg.Pricing,
 		IDField:          cfg.IDField,
 		MaxBatch:         cfg.MaxBatch,
@@ -283,7 +284,7 @@ func New(cfg Config) (_ *Worker, err error) {
 		Counters:         cfg.Counters,
 		ObserveWrite:     observe,
 		Processor:        cfg.Processor,
-	}, ingest.Ports{
+	}, pipeline.Ports{
 		Source:      src,
 		DeadLetters: cfg.DeadLetters,
 		Sink:        cfg.Sink,
@@ -311,7 +312,7 @@ func New(cfg Config) (_ *Worker, err error) {
 
 // Run runs the worker until ctx is done or the pipeline gives up (see
 // Config.StallTimeout), then stops it in dependency order. It returns the
-// pipeline's *ingest.StalledError, or the errors of stopping, joined.
+// pipeline's *pipeline.StalledError, or the errors of stopping, joined.
 func (w *Worker) Run(ctx context.Context) error {
 	return ingest.RunStack(ctx, w.layers...)
 }
@@ -321,7 +322,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) Close() error { return w.close() }
 
 // Ready returns nil while the worker can make progress (see
-// ingest.Pipeline.Ready).
+// pipeline.Pipeline.Ready).
 func (w *Worker) Ready() error { return w.pipeline.Ready() }
 
 // Lease returns the worker's lease manager.
@@ -331,7 +332,7 @@ func (w *Worker) Lease() *lease.Manager { return w.lease }
 func (w *Worker) Pacer() *pacing.Pacer { return w.pacer }
 
 // Pipeline returns the worker's pipeline.
-func (w *Worker) Pipeline() *ingest.Pipeline { return w.pipeline }
+func (w *Worker) Pipeline() *pipeline.Pipeline { return w.pipeline }
 
 // Counters returns the running totals the worker adds to.
 func (w *Worker) Counters() *ingest.Counters { return w.cfg.Counters }

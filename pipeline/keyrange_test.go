@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/ingest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,22 +19,22 @@ var t0 = time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
 
 func newTestRanges() *keyRanges {
 	k := new(keyRanges)
-	k.init(DefaultSlice, t0, new(Counters), slog.New(slog.DiscardHandler))
+	k.init(ingest.DefaultSlice, t0, new(ingest.Counters), slog.New(slog.DiscardHandler))
 	return k
 }
 
 // answer is one request's records and the sink's results, in request
 // order: a key ending in "!" was throttled, any other accepted. Every
 // record costs 1.
-func answer(keys ...string) ([]*item, []Result) {
+func answer(keys ...string) ([]*item, []ingest.Result) {
 	items := make([]*item, len(keys))
-	results := make([]Result, len(keys))
+	results := make([]ingest.Result, len(keys))
 	for i, key := range keys {
 		throttled := strings.HasSuffix(key, "!")
-		items[i] = &item{rec: Record{ID: "id-" + key, SinkKey: strings.TrimSuffix(key, "!"), Cost: 1}}
-		results[i] = Result{Outcome: Delivered}
+		items[i] = &item{rec: ingest.Record{ID: "id-" + key, SinkKey: strings.TrimSuffix(key, "!"), Cost: 1}}
+		results[i] = ingest.Result{Outcome: ingest.Delivered}
 		if throttled {
-			results[i] = Result{Outcome: Retryable, Throttled: true, Reason: "HTTP 429"}
+			results[i] = ingest.Result{Outcome: ingest.Retryable, Throttled: true, Reason: "HTTP 429"}
 		}
 	}
 	return items, results
@@ -234,7 +235,7 @@ func TestKeyRangeProbesUpWhileItHoldsRecordsBack(t *testing.T) {
 	var rates []float64
 	for range 8 {
 		r.limited = at
-		r.sent = NewWindow(time.Second)
+		r.sent = ingest.NewWindow(time.Second)
 		r.sent.Add(k.at(at), int64(r.rate)) // it sends at its rate
 		r.last = k.at(at)
 		k.probe(at, r, false)
@@ -260,7 +261,7 @@ func TestKeyRangesHoldBackOnlyTheirRecords(t *testing.T) {
 	r.rate, r.peak = 50, 50 // 10 records a slice
 
 	now = now.Add(rangeHold / 2) // holding: no probe
-	fresh := func(key string) *item { return &item{rec: Record{ID: key, SinkKey: key, Cost: 1}} }
+	fresh := func(key string) *item { return &item{rec: ingest.Record{ID: key, SinkKey: key, Cost: 1}} }
 	var sent, held int
 	for i := range 30 {
 		switch k.admit(now, fresh(fmt.Sprintf("h%02d", i)), true, 15) {
@@ -312,7 +313,7 @@ func TestKeyRangesForgetTheirRecordsWhenForgotten(t *testing.T) {
 		items, results := answer(fmt.Sprintf("k%04d!", 2*i+1), fmt.Sprintf("k%04d", 2*i), fmt.Sprintf("k%04d", 2*i+2))
 		k.observe(now, now, items, results)
 		if i == 0 {
-			require.Equal(t, rangeHeld, k.admit(now, &item{rec: Record{ID: "k0001x", SinkKey: "k0001x", Cost: 1}}, false, 0))
+			require.Equal(t, rangeHeld, k.admit(now, &item{rec: ingest.Record{ID: "k0001x", SinkKey: "k0001x", Cost: 1}}, false, 0))
 		}
 	}
 	require.Len(t, k.layout(), maxHotRanges, "bounded: the range throttled least recently went")

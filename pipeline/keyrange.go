@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"log/slog"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // Throttle feedback per key range. A range-partitioned store (Azure
@@ -51,7 +53,7 @@ const (
 )
 
 // rangeKey is the key a record is stored under: its SinkKey, else its ID.
-func rangeKey(rec Record) string {
+func rangeKey(rec ingest.Record) string {
 	if rec.SinkKey != "" {
 		return rec.SinkKey
 	}
@@ -114,7 +116,7 @@ type hotRange struct {
 	peak      float64 // units/s it accepted in the second before its last throttle; 0 unknown
 	tokens    float64 // units it may send now, at most a slice at rate
 	filled    time.Time
-	sent      Window        // units sent (or accepted before it was found) in the last second
+	sent      ingest.Window // units sent (or accepted before it was found) in the last second
 	last      time.Duration // latest instant added to sent
 	notBefore time.Time     // the sink's Retry-After
 	changed   time.Time     // found, cut or split: slices opened before it recheck their records
@@ -138,7 +140,7 @@ type keyRanges struct {
 	epoch time.Time
 	on    atomic.Bool // ranges are hot or hold records: take and dispatch consult them
 
-	c   *Counters
+	c   *ingest.Counters
 	log *slog.Logger
 
 	mu                   sync.Mutex
@@ -148,7 +150,7 @@ type keyRanges struct {
 	heldUnits, heldCount int64       // what the ranges hold, released records included
 }
 
-func (k *keyRanges) init(slice time.Duration, now time.Time, c *Counters, log *slog.Logger) {
+func (k *keyRanges) init(slice time.Duration, now time.Time, c *ingest.Counters, log *slog.Logger) {
 	k.slice, k.epoch, k.c, k.log = slice, now, c, log
 	k.accepted.size = acceptedMemory
 }
@@ -190,16 +192,16 @@ func (k *keyRanges) index(key string) int {
 // observe returns whether the answer throttled every record and every one
 // was in a range already known to be hot (a range-specific answer, not a
 // failure of the whole request).
-func (k *keyRanges) observe(now, sent time.Time, items []*item, results []Result) (explained bool) {
+func (k *keyRanges) observe(now, sent time.Time, items []*item, results []ingest.Result) (explained bool) {
 	at := k.at(now)
 	first := -1
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i, res := range results {
 		switch {
-		case res.Outcome == Delivered || res.Outcome == Duplicate:
+		case res.Outcome == ingest.Delivered || res.Outcome == ingest.Duplicate:
 			k.accepted.add(keyMark{key: rangeKey(items[i].rec), at: at, units: items[i].rec.Cost})
-		case res.Outcome == Retryable && res.Throttled && first < 0:
+		case res.Outcome == ingest.Retryable && res.Throttled && first < 0:
 			first = i
 		}
 	}
@@ -212,7 +214,7 @@ func (k *keyRanges) observe(now, sent time.Time, items []*item, results []Result
 	for i := first; i < len(results); i++ {
 		key := rangeKey(items[i].rec)
 		switch res := results[i]; {
-		case res.Outcome == Retryable && res.Throttled:
+		case res.Outcome == ingest.Retryable && res.Throttled:
 			marks = append(marks, keyMark{key: key, units: 1})
 			hot = append(hot, key)
 			if r := k.find(key); r != nil {
@@ -220,7 +222,7 @@ func (k *keyRanges) observe(now, sent time.Time, items []*item, results []Result
 			} else {
 				explained = false
 			}
-		case res.Outcome == Delivered || res.Outcome == Duplicate:
+		case res.Outcome == ingest.Delivered || res.Outcome == ingest.Duplicate:
 			marks = append(marks, keyMark{key: key})
 		}
 	}
@@ -307,7 +309,7 @@ func (k *keyRanges) cover(now time.Time, key string, low, high bound) *hotRange 
 	r.rate = max(rangeBackoff*accepted, k.minRate())
 	r.changed, r.throttled, r.probeAt, r.filled = now, now, now.Add(r.hold), now
 	k.hot = slices.Insert(k.hot, i+1, r)
-	k.c.hotRanges.Add(1)
+	k.c.Count(ingest.EventHotRanges, 1)
 	k.log.Debug("hot key range found", "low", r.low.key, "high", r.high.key, "rate", r.rate)
 	if len(k.hot) > maxHotRanges {
 		k.evict()
@@ -319,7 +321,7 @@ func (k *keyRanges) cover(now time.Time, key string, low, high bound) *hotRange 
 // and returns their rate in units/s. k.mu is held.
 func (k *keyRanges) fill(now time.Time, r *hotRange) float64 {
 	at := k.at(now)
-	r.sent, r.last = NewWindow(time.Second), 0
+	r.sent, r.last = ingest.NewWindow(time.Second), 0
 	var units int64
 	oldest := at
 	k.accepted.each(func(m keyMark) {
@@ -345,7 +347,7 @@ func (k *keyRanges) fill(now time.Time, r *hotRange) float64 {
 // rangeBackoff × what it accepted in the last second, or half its rate when
 // it accepted nothing. k.mu is held.
 func (k *keyRanges) cut(now time.Time, r *hotRange) {
-	k.c.rangeCuts.Add(1)
+	k.c.Count(ingest.EventRangeCuts, 1)
 	prev := r.peak
 	r.refill(now)
 	// The ceiling is what it accepted in the last second, or the rate it
@@ -539,10 +541,10 @@ func (k *keyRanges) admit(now time.Time, it *item, fresh bool, limit int64) rang
 	return rangeHeld
 }
 
-// admitUnit decides about a unit kept whole (a batch retried as it was
+// admitBatch decides about a batch kept whole (retried as it was
 // sent): it goes now, charged to its records' ranges, only if every one of
 // them has room for its share; else it waits for a later slice.
-func (k *keyRanges) admitUnit(now time.Time, u *unit) bool {
+func (k *keyRanges) admitBatch(now time.Time, u *batch) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	need := map[*hotRange]int64{}
@@ -592,11 +594,11 @@ func (k *keyRanges) requeue(now time.Time, it *item, retryAfter time.Duration) b
 	return true
 }
 
-// recheck looks again, just before a send, at the records of a unit taken
+// recheck looks again, just before a send, at the records of a batch taken
 // when its slice opened: those whose range was found or cut since then are
 // sent only if it has room now, else held. It returns what is left to
 // send, nil when nothing is.
-func (k *keyRanges) recheck(now, open time.Time, u *unit) *unit {
+func (k *keyRanges) recheck(now, open time.Time, u *batch) *batch {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var keep []*item
@@ -623,7 +625,7 @@ func (k *keyRanges) recheck(now, open time.Time, u *unit) *unit {
 	case len(keep) == 0:
 		return nil
 	}
-	return newUnit(keep)
+	return newBatch(keep)
 }
 
 // take moves the ranges on to now (probes, forgets quiet ones) and returns

@@ -1,10 +1,12 @@
-package ingest
+package pipeline
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // maxThrottleStep caps the attempt number a throttled record's backoff is
@@ -13,22 +15,22 @@ import (
 // Retry-After.
 const maxThrottleStep = 4
 
-// write makes one attempt at a unit under the request deadline and routes
+// write makes one attempt at a batch under the request deadline and routes
 // every record by its result. answered tells the pacer the answer is in.
-func (p *Pipeline) write(ctx context.Context, u *unit, answered func()) {
-	recs := make([]Record, len(u.items))
+func (p *Pipeline) write(ctx context.Context, u *batch, answered func()) {
+	recs := make([]ingest.Record, len(u.items))
 	for i, it := range u.items {
 		recs[i] = it.rec
 	}
-	p.c.requests.Add(1)
-	p.c.attempts.Add(int64(len(recs)))
+	p.c.Count(ingest.EventRequests, 1)
+	p.c.Count(ingest.EventAttempts, int64(len(recs)))
 	began := time.Now()
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	results, err := p.p.Sink.Write(wctx, recs)
 	cancel()
 	answered()
 	took := time.Since(began)
-	p.c.noteLatency(took)
+	p.c.NoteLatency(took)
 	if p.cfg.ObserveWrite != nil {
 		p.cfg.ObserveWrite(len(recs), took)
 	}
@@ -62,7 +64,7 @@ func (p *Pipeline) write(ctx context.Context, u *unit, answered func()) {
 	}
 }
 
-// maxAmbiguous is how many times a unit whose every record came back
+// maxAmbiguous is how many times a batch whose every record came back
 // Retryable is taken for a sink-wide failure before its records' attempts
 // start to count (see isolated).
 const maxAmbiguous = 5
@@ -71,7 +73,7 @@ const maxAmbiguous = 5
 // u's records rather than the sink: another request succeeded since u was
 // sent (the sink works), or each of its records has been answered so
 // maxAmbiguous times (a poison record at the end of the queue).
-func (p *Pipeline) isolated(u *unit) bool {
+func (p *Pipeline) isolated(u *batch) bool {
 	if p.breaker.successes() > u.epoch {
 		return true
 	}
@@ -87,13 +89,13 @@ func (p *Pipeline) isolated(u *unit) bool {
 // whole request although Write returned no error: results that do not
 // match the batch, or every record Retryable (an outage or throttling
 // answered record by record).
-func wholeFailure(results []Result, n int) error {
+func wholeFailure(results []ingest.Result, n int) error {
 	if len(results) != n {
 		return fmt.Errorf("sink: answer not understood: %d results for %d records", len(results), n)
 	}
-	se := &SinkError{Throttled: true}
+	se := &ingest.SinkError{Throttled: true}
 	for _, r := range results {
-		if r.Outcome != Retryable {
+		if r.Outcome != ingest.Retryable {
 			return nil
 		}
 		se.Throttled = se.Throttled && r.Throttled
@@ -103,22 +105,27 @@ func wholeFailure(results []Result, n int) error {
 		return nil
 	}
 	se.Err = errors.New(results[0].Reason)
-	se.ambiguous = true
-	return se
+	return &ambiguousError{se}
 }
 
+// ambiguousError is a failure of a whole request that the pipeline inferred
+// from an answer with every record Retryable, which the sink did not say.
+type ambiguousError struct{ *ingest.SinkError }
+
+func (e *ambiguousError) Unwrap() error { return e.SinkError }
+
 // failed handles a write that failed as a whole: the sink is paused and
-// the unit is kept, whole, for the probe that ends the pause. No record's
+// the batch is kept, whole, for the probe that ends the pause. No record's
 // attempts are used up.
-func (p *Pipeline) failed(u *unit, err error, now time.Time) {
-	p.c.failedWrites.Add(1)
-	if se := (*SinkError)(nil); errors.As(err, &se) && se.ambiguous {
+func (p *Pipeline) failed(u *batch, err error, now time.Time) {
+	p.c.Count(ingest.EventFailedWrites, 1)
+	if ae := (*ambiguousError)(nil); errors.As(err, &ae) {
 		for _, it := range u.items {
 			it.ambiguous++
 		}
 	}
-	if se := (*SinkError)(nil); errors.As(err, &se) && se.Throttled {
-		p.c.throttled.Add(int64(len(u.items)))
+	if se := (*ingest.SinkError)(nil); errors.As(err, &se) && se.Throttled {
+		p.c.Count(ingest.EventThrottled, int64(len(u.items)))
 		p.throttleFeedback()
 	}
 	u.due, u.keep = p.breaker.failure(now, err), true
@@ -127,35 +134,35 @@ func (p *Pipeline) failed(u *unit, err error, now time.Time) {
 
 // route acts on one record's result. A throttled record waits in its key
 // range (see keyRanges), or, when its key is in none, for a backoff.
-func (p *Pipeline) route(it *item, res Result, now time.Time) {
+func (p *Pipeline) route(it *item, res ingest.Result, now time.Time) {
 	switch res.Outcome {
-	case Delivered, Duplicate:
+	case ingest.Delivered, ingest.Duplicate:
 		if res.Charge > 0 {
 			p.charges.observe(it.base, res.Charge)
 		}
 		if res.Charge > it.rec.Cost {
 			p.owed.Add(res.Charge - it.rec.Cost)
 		}
-		if res.Outcome == Duplicate {
-			p.c.duplicates.Add(1)
+		if res.Outcome == ingest.Duplicate {
+			p.c.Count(ingest.EventDuplicates, 1)
 		} else {
-			p.c.delivered.Add(1)
-			p.c.unitsDelivered.Add(it.rec.Cost)
+			p.c.Count(ingest.EventDelivered, 1)
+			p.c.Count(ingest.EventUnitsDelivered, it.rec.Cost)
 		}
 		p.finish(it, now)
-	case Retryable:
+	case ingest.Retryable:
 		if res.Throttled {
-			p.c.throttled.Add(1)
+			p.c.Count(ingest.EventThrottled, 1)
 			it.throttles++
 			if p.ranges.requeue(now, it, res.RetryAfter) {
-				p.c.retried.Add(1)
+				p.c.Count(ingest.EventRetried, 1)
 				return
 			}
 			wait, _ := p.p.Retry.Backoff(min(it.throttles, maxThrottleStep), res.RetryAfter)
 			p.retryItem(it, now.Add(wait))
 			return
 		}
-		p.c.retryable.Add(1)
+		p.c.Count(ingest.EventRetryable, 1)
 		it.attempts++
 		wait, ok := p.p.Retry.Backoff(it.attempts, res.RetryAfter)
 		if !ok {
@@ -164,15 +171,15 @@ func (p *Pipeline) route(it *item, res Result, now time.Time) {
 		}
 		p.retryItem(it, now.Add(wait))
 	default:
-		p.c.permanent.Add(1)
+		p.c.Count(ingest.EventPermanent, 1)
 		p.deadLetter(it, fmt.Sprintf("%s: %s", describe(it.rec), res.Reason))
 	}
 }
 
 // retryItem schedules one record for another attempt at due.
 func (p *Pipeline) retryItem(it *item, due time.Time) {
-	p.c.retried.Add(1)
-	u := newUnit([]*item{it})
+	p.c.Count(ingest.EventRetried, 1)
+	u := newBatch([]*item{it})
 	u.due = due
 	p.pushRetry(u)
 }
@@ -180,7 +187,7 @@ func (p *Pipeline) retryItem(it *item, due time.Time) {
 // throttleFeedback tells the pacer the sink throttled although the worker
 // kept to its leases.
 func (p *Pipeline) throttleFeedback() {
-	if fb, ok := p.p.Pacer.(ThrottleFeedback); ok {
+	if fb, ok := p.p.Pacer.(ingest.ThrottleFeedback); ok {
 		fb.Throttled()
 	}
 }

@@ -1,4 +1,4 @@
-package ingest_test
+package pipeline_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/pacing"
+	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/sink"
 )
 
@@ -93,7 +94,7 @@ func Example() {
 		return
 	}
 	st := &store{ids: map[string]bool{}}
-	p, err := ingest.NewPipeline(ingest.PipelineConfig{IDField: "id"}, ingest.Ports{
+	p, err := pipeline.NewPipeline(pipeline.PipelineConfig{IDField: "id"}, pipeline.Ports{
 		Source: q, DeadLetters: discard{}, Sink: st, Retry: sink.Policy{}, Pacer: pacer, Capacity: capacity,
 	})
 	if err != nil {

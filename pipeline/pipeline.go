@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/ingest"
 	"golang.org/x/time/rate"
 )
 
@@ -18,7 +19,7 @@ import (
 type PipelineConfig struct {
 	// Pricing prices each record in the pool's unit. Defaults to 1 per
 	// record.
-	Pricing Pricing
+	Pricing ingest.Pricing
 	// IDField names the JSON field holding a record's ID (its idempotency
 	// key). Empty: a content hash (see RecordID). A record without the
 	// field, or with it empty, is dead-lettered.
@@ -32,7 +33,7 @@ type PipelineConfig struct {
 	// MaxInFlightBytes bounds memory: the most bytes of records fetched
 	// but not yet finished (queued, being written, waiting to be retried
 	// or dead-lettered), each counted as its key, value and ID plus
-	// RecordOverhead. The fetcher stops while the bound is reached, so one
+	// ingest.RecordOverhead. The fetcher stops while the bound is reached, so one
 	// record may take it past by its own size. Defaults to
 	// DefaultMaxInFlightBytes (64 MiB). Short of it, the pipeline keeps
 	// only about two slices' budget or half a second of its leased rate
@@ -46,7 +47,7 @@ type PipelineConfig struct {
 	MaxInFlightBytes int64
 	// MaxInFlight, when > 0, also bounds the records fetched but not yet
 	// finished by their number. Default 0: no bound of its own; the byte
-	// bound holds at most MaxInFlightBytes ÷ RecordOverhead records.
+	// bound holds at most MaxInFlightBytes ÷ ingest.RecordOverhead records.
 	MaxInFlight int
 	// MaxRecordCost is one second of the whole pool's capacity, in units. A
 	// record costing more can never be written without exceeding the pool,
@@ -84,14 +85,14 @@ type PipelineConfig struct {
 	Logger *slog.Logger
 	// Counters receives the running totals; several pipelines may share
 	// one. Default: a Counters of the pipeline's own.
-	Counters *Counters
+	Counters *ingest.Counters
 	// ObserveWrite, when set, is called after every sink write attempt with
 	// the batch size in records and how long the attempt took (metrics).
 	ObserveWrite func(records int, took time.Duration)
 	// Processor applies the record type's rules (validation, enrichment,
 	// sink key) to each fetched record after its ID is set and before it is
 	// priced. Default: none.
-	Processor Processor
+	Processor ingest.Processor
 }
 
 // withDefaults fills the zero fields of c and checks the rest.
@@ -100,17 +101,17 @@ func (c PipelineConfig) withDefaults() (PipelineConfig, error) {
 		c.Slice < 0 || c.RequestTimeout < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0 {
 		return c, errors.New("ingest: pipeline limits and durations must not be negative")
 	}
-	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
-	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
-	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, DefaultMaxInFlightBytes)
-	c.Slice = cmp.Or(c.Slice, DefaultSlice)
-	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
-	c.Grace = cmp.Or(c.Grace, DefaultGrace)
-	c.ReadyAfter = cmp.Or(c.ReadyAfter, DefaultReadyAfter)
-	c.Pricing.Unit = cmp.Or(c.Pricing.Unit, UnitRecords)
+	c.MaxBatch = cmp.Or(c.MaxBatch, ingest.DefaultMaxBatch)
+	c.Concurrency = cmp.Or(c.Concurrency, ingest.DefaultConcurrency)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, ingest.DefaultMaxInFlightBytes)
+	c.Slice = cmp.Or(c.Slice, ingest.DefaultSlice)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, ingest.DefaultRequestTimeout)
+	c.Grace = cmp.Or(c.Grace, ingest.DefaultGrace)
+	c.ReadyAfter = cmp.Or(c.ReadyAfter, ingest.DefaultReadyAfter)
+	c.Pricing.Unit = cmp.Or(c.Pricing.Unit, ingest.UnitRecords)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Counters == nil {
-		c.Counters = new(Counters)
+		c.Counters = new(ingest.Counters)
 	}
 	return c, nil
 }
@@ -121,17 +122,17 @@ func (c PipelineConfig) fetchedCap() int {
 	if c.MaxInFlight > 0 {
 		return c.MaxInFlight
 	}
-	return int(max(c.MaxInFlightBytes/RecordOverhead, 1)) + 1
+	return int(max(c.MaxInFlightBytes/ingest.RecordOverhead, 1)) + 1
 }
 
 // Ports are the adapters a Pipeline drives. Every field is required.
 type Ports struct {
-	Source      Source
-	DeadLetters DeadLetters
-	Sink        Sink
-	Retry       RetryPolicy
-	Pacer       Pacer
-	Capacity    Capacity
+	Source      ingest.Source
+	DeadLetters ingest.DeadLetters
+	Sink        ingest.Sink
+	Retry       ingest.RetryPolicy
+	Pacer       ingest.Pacer
+	Capacity    ingest.Capacity
 }
 
 // Pipeline is the worker pipeline of one process: queue → pacer → sink,
@@ -141,7 +142,7 @@ type Pipeline struct {
 	cfg PipelineConfig
 	p   Ports
 	log *slog.Logger
-	c   *Counters
+	c   *ingest.Counters
 
 	inFlight inFlight      // records fetched and not finished
 	requests chan struct{} // one per sink request in flight
@@ -152,15 +153,15 @@ type Pipeline struct {
 	filled   chan struct{} // the fetcher reached the prefetch target
 
 	mu      sync.Mutex
-	retries unitHeap // batches and records waiting out a backoff
+	retries batchHeap // batches and records waiting out a backoff
 
 	breaker      breaker
 	ranges       keyRanges // throttle feedback per key range
 	letters      letterQueue
 	fetchFailing atomic.Int64 // unix ns since Fetch has been failing; 0 when it is not
 
-	owner   Owner // the source, when it can lose records
-	dropped int64 // records dropped because the source lost them (slice loop only)
+	owner   ingest.Owner // the source, when it can lose records
+	dropped int64        // records dropped because the source lost them (slice loop only)
 	owed    atomic.Int64
 	charges chargeRatio
 
@@ -169,7 +170,7 @@ type Pipeline struct {
 
 // item is a record in flight.
 type item struct {
-	rec       Record
+	rec       ingest.Record
 	bytes     int64  // what it counts against MaxInFlightBytes, fixed when fetched
 	base      int64  // the record's price by the rule, before the learned charge ratio
 	attempts  int    // attempts the sink answered Retryable, not throttled
@@ -208,7 +209,7 @@ func NewPipeline(cfg PipelineConfig, p Ports) (*Pipeline, error) {
 }
 
 // Counters returns the pipeline's running totals.
-func (p *Pipeline) Counters() *Counters { return p.c }
+func (p *Pipeline) Counters() *ingest.Counters { return p.c }
 
 // SinkPaused reports whether the pipeline has paused its sink after a
 // failure of a whole request, and since when.
@@ -235,8 +236,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	defer cancelWrites()
 
 	p.demand.leaseAhead = p.cfg.LeaseAhead
-	p.owner, _ = p.p.Source.(Owner)
-	if l, ok := p.p.Source.(Lagger); ok {
+	p.owner, _ = p.p.Source.(ingest.Owner)
+	if l, ok := p.p.Source.(ingest.Lagger); ok {
 		p.demand.lag = l.Lag
 	}
 	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, true))
@@ -279,7 +280,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // requests are not slowed by handshakes. A sink that does not answer is
 // paused, as if its first write had failed.
 func (p *Pipeline) warm(ctx context.Context) {
-	w, ok := p.p.Sink.(Warmer)
+	w, ok := p.p.Sink.(ingest.Warmer)
 	if !ok {
 		return
 	}
@@ -332,7 +333,7 @@ func (c *chargeRatio) factor() float64 {
 // finish marks it Done and frees its slot.
 func (p *Pipeline) finish(it *item, now time.Time) {
 	p.p.Source.Done(it.rec)
-	p.c.noteDone(now)
+	p.c.NoteDone(now)
 	p.inFlight.release(it.bytes)
 }
 
@@ -347,7 +348,7 @@ func (p *Pipeline) drop(it *item) {
 }
 
 // describe names a record for logs and dead-letter reasons.
-func describe(rec Record) string {
+func describe(rec ingest.Record) string {
 	if rec.ID == "" {
 		return fmt.Sprintf("record %s", rec.Pos)
 	}

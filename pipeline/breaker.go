@@ -1,10 +1,12 @@
-package ingest
+package pipeline
 
 import (
 	"errors"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // breaker pauses the sink after a write failed as a whole (a circuit
@@ -13,7 +15,7 @@ import (
 // one (RetryPolicy.Pause: capped exponential, at least the sink's
 // Retry-After). While paused the pipeline takes no budget.
 type breaker struct {
-	retry RetryPolicy
+	retry ingest.RetryPolicy
 	log   *slog.Logger
 
 	mu       sync.Mutex
@@ -35,12 +37,12 @@ const (
 	probing                     // paused, one probe in flight
 )
 
-func (b *breaker) init(retry RetryPolicy, log *slog.Logger) {
+func (b *breaker) init(retry ingest.RetryPolicy, log *slog.Logger) {
 	b.retry, b.log, b.changed = retry, log, make(chan struct{})
 }
 
 // gate says whether the slice loop may send. With changed nil it may: all
-// that fits (probe false), or exactly one unit, the probe (probe true,
+// that fits (probe false), or exactly one batch, the probe (probe true,
 // after which the breaker waits for its answer). Otherwise the loop waits
 // until until (when not zero) or until changed is closed.
 func (b *breaker) gate(now time.Time) (until time.Time, changed <-chan struct{}, probe bool) {
@@ -73,7 +75,7 @@ func (b *breaker) cancelProbe() {
 // warm-up) and returns when the probe may go.
 func (b *breaker) failure(now time.Time, err error) time.Time {
 	var retryAfter time.Duration
-	if se := (*SinkError)(nil); errors.As(err, &se) {
+	if se := (*ingest.SinkError)(nil); errors.As(err, &se) {
 		retryAfter = se.RetryAfter
 	}
 	b.mu.Lock()
