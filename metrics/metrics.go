@@ -111,7 +111,7 @@ func (c *Collector) Add(w Worker, counters *ingest.Counters) {
 	}
 }
 
-// ObserveWrite returns a hook for ingest.WorkerConfig.ObserveWrite that
+// ObserveWrite returns a hook for pipeline.Config.ObserveWrite that
 // feeds the batch histogram of pool.
 func (c *Collector) ObserveWrite(pool string) func(records int, took time.Duration) {
 	h := c.batch.WithLabelValues(pool)

@@ -92,7 +92,7 @@ func BenchmarkPipeline(b *testing.B) {
 			pacer, err := pacing.New(pacing.Config{}, capa)
 			require.NoError(b, err)
 			dlq := &nopDLQ{}
-			p, err := pipeline.NewPipeline(pipeline.PipelineConfig{IDField: tc.idField}, pipeline.Ports{
+			p, err := pipeline.New(pipeline.Config{IDField: tc.idField}, pipeline.Ports{
 				Source: src, DeadLetters: dlq, Sink: out, Retry: sink.Policy{}, Pacer: pacer, Capacity: capa,
 			})
 			require.NoError(b, err)

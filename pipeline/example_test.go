@@ -94,7 +94,7 @@ func Example() {
 		return
 	}
 	st := &store{ids: map[string]bool{}}
-	p, err := pipeline.NewPipeline(pipeline.PipelineConfig{IDField: "id"}, pipeline.Ports{
+	p, err := pipeline.New(pipeline.Config{IDField: "id"}, pipeline.Ports{
 		Source: q, DeadLetters: discard{}, Sink: st, Retry: sink.Policy{}, Pacer: pacer, Capacity: capacity,
 	})
 	if err != nil {

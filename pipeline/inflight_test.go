@@ -64,7 +64,7 @@ func paddedRecords(n, size int) []string {
 func TestPipelineIsNotBoundByWhatIsInFlightPerSlice(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", MaxInFlight: 100}, 20_000, records(10_000)...)
+		r := newRig(t, pipeline.Config{IDField: "id", MaxInFlight: 100}, 20_000, records(10_000)...)
 		r.sink.latency = func(int) time.Duration { return 2 * time.Millisecond }
 		took, err := r.run(t, time.Minute)
 		require.NoError(t, err)
@@ -84,10 +84,10 @@ func TestPipelineBoundsBytesInFlight(t *testing.T) {
 		const size = 1024
 		per := int64(size + ingest.RecordOverhead)
 		bound := 20 * per
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", MaxInFlightBytes: bound}, 100_000, paddedRecords(2000, size)...)
+		r := newRig(t, pipeline.Config{IDField: "id", MaxInFlightBytes: bound}, 100_000, paddedRecords(2000, size)...)
 		src := &countingSource{fakeSource: r.src}
 		r.sink.latency = func(int) time.Duration { return 50 * time.Millisecond }
-		p := newPipelineWith(t, r, src, pipeline.PipelineConfig{IDField: "id", MaxInFlightBytes: bound})
+		p := newPipelineWith(t, r, src, pipeline.Config{IDField: "id", MaxInFlightBytes: bound})
 		took, err := runPipeline(t, p, r.src, time.Minute)
 		require.NoError(t, err)
 		require.Len(t, r.sink.stored, 2000)
@@ -98,10 +98,10 @@ func TestPipelineBoundsBytesInFlight(t *testing.T) {
 }
 
 // newPipelineWith builds a pipeline like r's over source src and cfg.
-func newPipelineWith(t *testing.T, r *rig, src ingest.Source, cfg pipeline.PipelineConfig) *pipeline.Pipeline {
+func newPipelineWith(t *testing.T, r *rig, src ingest.Source, cfg pipeline.Config) *pipeline.Pipeline {
 	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(syncWriter{w: r.log}, nil))
-	p, err := pipeline.NewPipeline(cfg, pipeline.Ports{
+	p, err := pipeline.New(cfg, pipeline.Ports{
 		Source: src, DeadLetters: r.dlq, Sink: r.sink, Retry: sink.Policy{MaxAttempts: 3}, Pacer: r.pacer, Capacity: r.capa,
 	})
 	require.NoError(t, err)

@@ -14,9 +14,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// PipelineConfig configures a Pipeline. Zero fields take the documented
+// Config configures a Pipeline. Zero fields take the documented
 // default.
-type PipelineConfig struct {
+type Config struct {
 	// Pricing prices each record in the pool's unit. Defaults to 1 per
 	// record.
 	Pricing ingest.Pricing
@@ -96,7 +96,7 @@ type PipelineConfig struct {
 }
 
 // withDefaults fills the zero fields of c and checks the rest.
-func (c PipelineConfig) withDefaults() (PipelineConfig, error) {
+func (c Config) withDefaults() (Config, error) {
 	if c.MaxBatch < 0 || c.Concurrency < 0 || c.MaxInFlight < 0 || c.MaxInFlightBytes < 0 || c.MaxRecordCost < 0 ||
 		c.Slice < 0 || c.RequestTimeout < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0 {
 		return c, errors.New("ingest: pipeline limits and durations must not be negative")
@@ -118,7 +118,7 @@ func (c PipelineConfig) withDefaults() (PipelineConfig, error) {
 
 // fetchedCap is the most records in flight: MaxInFlight when set, else
 // what the byte bound can hold.
-func (c PipelineConfig) fetchedCap() int {
+func (c Config) fetchedCap() int {
 	if c.MaxInFlight > 0 {
 		return c.MaxInFlight
 	}
@@ -136,10 +136,10 @@ type Ports struct {
 }
 
 // Pipeline is the worker pipeline of one process: queue → pacer → sink,
-// with commit hand-off and dead-lettering. Create it with NewPipeline and
+// with commit hand-off and dead-lettering. Create it with New and
 // start it with Run.
 type Pipeline struct {
-	cfg PipelineConfig
+	cfg Config
 	p   Ports
 	log *slog.Logger
 	c   *ingest.Counters
@@ -179,8 +179,8 @@ type item struct {
 	invalid   string // reason to dead-letter without writing, if set
 }
 
-// NewPipeline checks cfg and ports and returns a Pipeline.
-func NewPipeline(cfg PipelineConfig, p Ports) (*Pipeline, error) {
+// New checks cfg and ports and returns a Pipeline.
+func New(cfg Config, p Ports) (*Pipeline, error) {
 	if p.Source == nil || p.DeadLetters == nil || p.Sink == nil || p.Retry == nil || p.Pacer == nil || p.Capacity == nil {
 		return nil, errors.New("ingest: a pipeline needs a source, dead letters, sink, retry policy, pacer and capacity")
 	}
@@ -225,7 +225,7 @@ func (p *Pipeline) SinkPausedTotal() time.Duration { return p.breaker.pausedTota
 // not finished by then are not marked Done and so are redelivered by the
 // queue.
 //
-// With PipelineConfig.StallTimeout set, Run stops the same way and returns
+// With Config.StallTimeout set, Run stops the same way and returns
 // a *StalledError when the pipeline cannot make progress for that long:
 // the sink stays paused, or the dead-letter topic or the queue stays
 // unreachable.
@@ -292,7 +292,7 @@ func (p *Pipeline) warm(ctx context.Context) {
 }
 
 // Ready returns nil while the pipeline can make progress, and an error
-// naming the failure once one has lasted PipelineConfig.ReadyAfter: the
+// naming the failure once one has lasted Config.ReadyAfter: the
 // sink paused, the dead-letter topic unreachable, the queue unreachable.
 func (p *Pipeline) Ready() error {
 	if f := p.failing(time.Now()); f.age >= p.cfg.ReadyAfter {

@@ -221,7 +221,7 @@ type rig struct {
 
 // newRig builds a pipeline over the fakes with the real pacer at rate
 // units/s and the real retry policy (3 attempts); call it inside a bubble.
-func newRig(t *testing.T, cfg pipeline.PipelineConfig, rate float64, values ...string) *rig {
+func newRig(t *testing.T, cfg pipeline.Config, rate float64, values ...string) *rig {
 	t.Helper()
 	r := &rig{
 		src:  newFakeSource(values...),
@@ -234,7 +234,7 @@ func newRig(t *testing.T, cfg pipeline.PipelineConfig, rate float64, values ...s
 	r.pacer, err = pacing.New(pacing.Config{}, r.capa)
 	require.NoError(t, err)
 	cfg.Logger = slog.New(slog.NewTextHandler(syncWriter{w: r.log}, nil))
-	r.p, err = pipeline.NewPipeline(cfg, pipeline.Ports{
+	r.p, err = pipeline.New(cfg, pipeline.Ports{
 		Source: r.src, DeadLetters: r.dlq, Sink: r.sink, Retry: sink.Policy{MaxAttempts: 3}, Pacer: r.pacer, Capacity: r.capa,
 	})
 	require.NoError(t, err)
@@ -244,7 +244,7 @@ func newRig(t *testing.T, cfg pipeline.PipelineConfig, rate float64, values ...s
 // newPipelineFor builds a pipeline like r's over sink s instead of r.sink.
 func newPipelineFor(t *testing.T, r *rig, s ingest.Sink) *pipeline.Pipeline {
 	t.Helper()
-	p, err := pipeline.NewPipeline(pipeline.PipelineConfig{IDField: "id", Logger: slog.New(slog.NewTextHandler(syncWriter{w: r.log}, nil))}, pipeline.Ports{
+	p, err := pipeline.New(pipeline.Config{IDField: "id", Logger: slog.New(slog.NewTextHandler(syncWriter{w: r.log}, nil))}, pipeline.Ports{
 		Source: r.src, DeadLetters: r.dlq, Sink: s, Retry: sink.Policy{MaxAttempts: 3}, Pacer: r.pacer, Capacity: r.capa,
 	})
 	require.NoError(t, err)
@@ -299,7 +299,7 @@ func records(n int) []string {
 func TestPipelineDeliversEveryRecordOnceWithinTheRate(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id"}, 1000, records(5000)...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 1000, records(5000)...)
 		r.sink.latency = func(n int) time.Duration { return time.Duration(2+n%5) * time.Millisecond }
 		took, err := r.run(t, time.Minute)
 		require.NoError(t, err)
@@ -324,7 +324,7 @@ func TestPipelineDeliversEveryRecordOnceWithinTheRate(t *testing.T) {
 func TestPipelineHoldsTheSinkSecondWhenFirstAnswersAreSlow(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id"}, 1000, records(3000)...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 1000, records(3000)...)
 		r.sink.latency = func(n int) time.Duration {
 			if n <= 20 {
 				return 32 * time.Millisecond
@@ -359,7 +359,7 @@ func TestPipelinePausesOnSinkWideFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, pipeline.PipelineConfig{IDField: "id"}, 1000, records(300)...)
+				r := newRig(t, pipeline.Config{IDField: "id"}, 1000, records(300)...)
 				r.sink.fail = func(now time.Duration) error {
 					if now < tt.until && tt.fail != nil {
 						return tt.fail
@@ -430,7 +430,7 @@ func TestPipelinePausesOnSinkWideFailures(t *testing.T) {
 func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", MaxBatch: 10}, 1000, records(200)...)
+		r := newRig(t, pipeline.Config{IDField: "id", MaxBatch: 10}, 1000, records(200)...)
 		failed := 0
 		r.sink.fail = func(now time.Duration) error {
 			if failed < 3 {
@@ -459,7 +459,7 @@ func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 func TestPipelineProbeLeavesOtherDueRetriesQueued(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", MaxBatch: 10}, 1000, records(300)...)
+		r := newRig(t, pipeline.Config{IDField: "id", MaxBatch: 10}, 1000, records(300)...)
 		r.sink.answer = func(id string, attempt int) ingest.Result {
 			if id == "r145" && attempt == 1 {
 				return ingest.Result{Outcome: ingest.Retryable, Throttled: true, Reason: "HTTP 429"}
@@ -493,7 +493,7 @@ func TestPipelineRoutesPerRecordResults(t *testing.T) {
 		values := records(100)
 		values[3] = `not json`
 		values[7] = `{"n":7}` // no id
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id"}, 500, values...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 500, values...)
 		r.sink.answer = func(id string, attempt int) ingest.Result {
 			switch {
 			case id == "r1":
@@ -535,7 +535,7 @@ func TestPipelineDeliversGoodRecordsWhileTheDeadLetterTopicIsDown(t *testing.T) 
 		for i := 0; i < len(values); i += 10 {
 			values[i] = fmt.Sprintf(`{"n":%d}`, i) // no id: dead-lettered
 		}
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", ReadyAfter: 5 * time.Second}, 1000, values...)
+		r := newRig(t, pipeline.Config{IDField: "id", ReadyAfter: 5 * time.Second}, 1000, values...)
 		var down sync.Mutex
 		up := false
 		r.dlq.down = func() bool { down.Lock(); defer down.Unlock(); return !up }
@@ -566,7 +566,7 @@ func TestPipelineDeliversGoodRecordsWhileTheDeadLetterTopicIsDown(t *testing.T) 
 func TestPipelineGivesUpOnASinkThatStaysDown(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", StallTimeout: time.Minute}, 1000, records(50)...)
+		r := newRig(t, pipeline.Config{IDField: "id", StallTimeout: time.Minute}, 1000, records(50)...)
 		r.sink.fail = func(time.Duration) error { return errors.New("dial tcp 127.0.0.1:1: connect: connection refused") }
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
@@ -588,7 +588,7 @@ func TestPipelineGivesUpOnASinkThatStaysDown(t *testing.T) {
 func TestPipelineCancelsAWriteAtTheRequestTimeout(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", RequestTimeout: 300 * time.Millisecond}, 1000, records(10)...)
+		r := newRig(t, pipeline.Config{IDField: "id", RequestTimeout: 300 * time.Millisecond}, 1000, records(10)...)
 		r.sink.latency = func(n int) time.Duration {
 			if n == 1 {
 				return time.Hour
@@ -609,7 +609,7 @@ func TestPipelineDeadLettersRecordsCostlierThanThePool(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		values := []string{`{"id":"small"}`, `{"id":"huge","pad":"` + strings.Repeat("x", 60) + `"}`}
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", Pricing: ingest.Pricing{Unit: ingest.UnitBytes}, MaxRecordCost: 40}, 40, values...)
+		r := newRig(t, pipeline.Config{IDField: "id", Pricing: ingest.Pricing{Unit: ingest.UnitBytes}, MaxRecordCost: 40}, 40, values...)
 		_, err := r.run(t, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, 1, r.sink.stored["small"])
@@ -626,9 +626,9 @@ func (s owningSource) Owns(r ingest.Record) bool { return r.Pos.Offset%2 == 0 }
 func TestPipelineDropsRecordsItNoLongerOwns(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id"}, 1000)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 1000)
 		src := owningSource{newFakeSource(records(40)...)}
-		p, err := pipeline.NewPipeline(pipeline.PipelineConfig{IDField: "id"}, pipeline.Ports{
+		p, err := pipeline.New(pipeline.Config{IDField: "id"}, pipeline.Ports{
 			Source: src, DeadLetters: r.dlq, Sink: r.sink, Retry: sink.Policy{}, Pacer: r.pacer, Capacity: r.capa,
 		})
 		require.NoError(t, err)
@@ -653,7 +653,7 @@ func TestPipelineDropsRecordsItNoLongerOwns(t *testing.T) {
 func TestPipelineChargesWhatTheSinkReports(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", Pricing: ingest.Pricing{Unit: ingest.UnitCost, PerRecord: 10}}, 1000, records(2000)...)
+		r := newRig(t, pipeline.Config{IDField: "id", Pricing: ingest.Pricing{Unit: ingest.UnitCost, PerRecord: 10}}, 1000, records(2000)...)
 		r.sink.answer = func(string, int) ingest.Result { return ingest.Result{Outcome: ingest.Delivered, Charge: 15} }
 		_, err := r.run(t, time.Minute)
 		require.NoError(t, err)
@@ -669,7 +669,7 @@ func TestPipelineChargesWhatTheSinkReports(t *testing.T) {
 func TestPipelineAnnouncesBacklogThenIdles(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id"}, 100, records(200)...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 100, records(200)...)
 		_, err := r.run(t, time.Minute)
 		require.NoError(t, err)
 		r.capa.mu.Lock()
@@ -685,7 +685,7 @@ func TestPipelineAnnouncesBacklogThenIdles(t *testing.T) {
 func TestPipelineReportsThrottlingToThePacer(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", MaxBatch: 10}, 1000, records(300)...)
+		r := newRig(t, pipeline.Config{IDField: "id", MaxBatch: 10}, 1000, records(300)...)
 		r.sink.answer = func(id string, attempt int) ingest.Result {
 			if attempt == 1 && (id == "r3" || id == "r250") {
 				return ingest.Result{Outcome: ingest.Retryable, Throttled: true, Reason: "HTTP 429"}
@@ -780,7 +780,7 @@ func TestPipelineSlowsOnlyTheThrottledKeyRange(t *testing.T) {
 			}
 			values[i] = fmt.Sprintf(`{"id":%q}`, key)
 		}
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id"}, 1000, values...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 1000, values...)
 		rs := newRangeSink([]string{"hot/", "hot0"}, []int64{0, 50, 0})
 		rs.start = r.sink.start
 		r.p = newPipelineFor(t, r, rs)
@@ -804,7 +804,7 @@ func TestPipelineSlowsOnlyTheThrottledKeyRange(t *testing.T) {
 func TestPipelineRunsAtTheRateOfTheOnlyHotRange(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id"}, 1000, records(4500)...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 1000, records(4500)...)
 		rs := newRangeSink(nil, []int64{300})
 		rs.start = r.sink.start
 		r.p = newPipelineFor(t, r, rs)
@@ -843,7 +843,7 @@ func TestPipelineRunsAtTheRateOfTheOnlyHotRange(t *testing.T) {
 func TestPipelineShutdownCancelsWritesAfterTheGrace(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.PipelineConfig{IDField: "id", Grace: 2 * time.Second, RequestTimeout: time.Minute}, 1000, records(5)...)
+		r := newRig(t, pipeline.Config{IDField: "id", Grace: 2 * time.Second, RequestTimeout: time.Minute}, 1000, records(5)...)
 		r.sink.latency = func(int) time.Duration { return time.Hour }
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -858,14 +858,14 @@ func TestPipelineShutdownCancelsWritesAfterTheGrace(t *testing.T) {
 	})
 }
 
-func TestNewPipelineValidates(t *testing.T) {
+func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	_, err := pipeline.NewPipeline(pipeline.PipelineConfig{}, pipeline.Ports{})
+	_, err := pipeline.New(pipeline.Config{}, pipeline.Ports{})
 	require.ErrorContains(t, err, "needs a source")
 	r := &fixedRate{rate: 1}
 	pacer, err := pacing.New(pacing.Config{}, r)
 	require.NoError(t, err)
 	ports := pipeline.Ports{Source: newFakeSource(), DeadLetters: &fakeDLQ{}, Sink: newFakeSink(), Retry: sink.Policy{}, Pacer: pacer, Capacity: r}
-	_, err = pipeline.NewPipeline(pipeline.PipelineConfig{MaxBatch: -1}, ports)
+	_, err = pipeline.New(pipeline.Config{MaxBatch: -1}, ports)
 	require.ErrorContains(t, err, "must not be negative")
 }

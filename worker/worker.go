@@ -122,7 +122,7 @@ type Config struct {
 	// ingest.DefaultConcurrency (16).
 	Concurrency int
 	// MaxInFlightBytes bounds memory: the most bytes of records fetched
-	// and not finished (see pipeline.PipelineConfig.MaxInFlightBytes).
+	// and not finished (see pipeline.Config.MaxInFlightBytes).
 	// Defaults to ingest.DefaultMaxInFlightBytes (64 MiB).
 	MaxInFlightBytes int64
 	// MaxInFlight, when > 0, also bounds the records fetched and not
@@ -265,7 +265,7 @@ func New(cfg Config) (_ *Worker, err error) {
 	if cfg.Metrics != nil {
 		observe = cfg.Metrics.ObserveWrite(cfg.Pool.Name)
 	}
-	pl, err := pipeline.NewPipeline(pipeline.PipelineConfig{
+	pl, err := pipeline.New(pipeline.Config{
 		Pricing:          cfg.Pricing,
 		IDField:          cfg.IDField,
 		MaxBatch:         cfg.MaxBatch,
