@@ -439,3 +439,28 @@ func PingRedis(ctx context.Context, clients ...redis.UniversalClient) error {
 	}
 	return errors.Join(errs...)
 }
+
+// connectTimeout bounds Connect's check that a quorum answers.
+const connectTimeout = 10 * time.Second
+
+// Connect opens the clients cfg describes (OpenRedis) and checks, within
+// 10 s, that a quorum answers with the credentials given (PingRedis), so
+// that a wrong password fails at start-up instead of being retried in
+// silence. go-redis's own log lines go to log from then on (go-redis keeps
+// one logger per process). An invalid cfg wraps ErrInvalidConfig.
+func Connect(ctx context.Context, cfg RedisConfig, log *slog.Logger) ([]redis.UniversalClient, error) {
+	redis.SetLogger(RedisLogs(log))
+	clients, err := OpenRedis(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := PingRedis(pctx, clients...); err != nil {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+		return nil, err
+	}
+	return clients, nil
+}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -214,6 +215,7 @@ type Worker struct {
 	cfg      Config
 	layers   []ingest.Runner // in the order they stop
 	close    func() error    // releases the source of a worker that will not run
+	once     sync.Once       // Run or Close: the source is released once
 	lease    *lease.Manager
 	pacer    *pacing.Pacer
 	pipeline *pipeline.Pipeline
@@ -314,12 +316,25 @@ func New(cfg Config) (_ *Worker, err error) {
 // Config.StallTimeout), then stops it in dependency order. It returns the
 // pipeline's *pipeline.StalledError, or the errors of stopping, joined.
 func (w *Worker) Run(ctx context.Context) error {
+	ran := false
+	w.once.Do(func() { ran = true })
+	if !ran {
+		return errors.New("worker: Run after Run or Close")
+	}
 	return ingest.RunStack(ctx, w.layers...)
 }
 
 // Close releases a worker that will not Run (its Kafka consumer's
-// connections); Run releases them itself.
-func (w *Worker) Close() error { return w.close() }
+// connections); Run releases them itself, and Close after Run does
+// nothing.
+func (w *Worker) Close() (err error) {
+	w.once.Do(func() { err = w.close() })
+	return err
+}
+
+// Rate returns the rate, in units/s, the worker's valid leases allow at
+// now.
+func (w *Worker) Rate(now time.Time) float64 { return w.lease.Rate(now) }
 
 // Ready returns nil while the worker can make progress (see
 // pipeline.Pipeline.Ready).

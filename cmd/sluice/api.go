@@ -91,7 +91,7 @@ func apiCommand() *cli.Command {
 			}
 			admin := queue.Admin{Brokers: brokers, Conn: conn}
 			for _, t := range types {
-				if err := ensureTopics(c.Context, admin, t.Topic, c.Int("topic-partitions")); err != nil {
+				if err := admin.EnsureTopics(c.Context, t.Topic, c.Int("topic-partitions")); err != nil {
 					return err
 				}
 			}
