@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/placeholder"
 )
 
 // RESTConfig configures a RESTSink.
@@ -259,7 +259,7 @@ func (s *RESTSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.R
 		}
 	} else {
 		for i, rec := range batch {
-			f := &recordFields{rec: rec}
+			f := placeholder.Of(rec)
 			target, err := s.url.render(f)
 			var body bytes.Buffer
 			if err == nil {
@@ -291,17 +291,18 @@ func unfit(err error) ingest.Result {
 
 // renderBody appends rec's request body to buf.
 func (s *RESTSink) renderBody(rec ingest.Record, buf *bytes.Buffer) error {
-	return s.renderBodyFields(&recordFields{rec: rec}, buf)
+	return s.renderBodyFields(placeholder.Of(rec), buf)
 }
 
-func (s *RESTSink) renderBodyFields(f *recordFields, buf *bytes.Buffer) error {
+func (s *RESTSink) renderBodyFields(f *placeholder.Values, buf *bytes.Buffer) error {
 	if s.body != nil {
 		return s.body.render(f, buf)
 	}
-	if !json.Valid(f.rec.Value) {
-		return &fieldError{problem: "value is not valid JSON"}
+	v, err := f.JSON(placeholder.Record)
+	if err != nil {
+		return err
 	}
-	buf.Write(f.rec.Value)
+	buf.Write(v)
 	return nil
 }
 
