@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/recordtype"
@@ -735,7 +736,9 @@ func metricsHandler(t *testing.T) http.Handler {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- metrics.Serve(ctx, ln, metrics.Handler(prometheus.NewRegistry(), nil), 5*time.Second) }()
+	go func() {
+		done <- httpserver.Serve(ctx, ln, metrics.Handler(prometheus.NewRegistry(), nil), 5*time.Second)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)

@@ -37,16 +37,14 @@ package metrics
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/pacing"
@@ -253,49 +251,20 @@ func Handler(gather prometheus.Gatherer, ready func(context.Context) error) *htt
 		mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpserver.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if ready != nil {
 			rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 			defer cancel()
 			if err := ready(rctx); err != nil {
-				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"code": "not_ready", "message": err.Error()})
+				httpserver.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"code": "not_ready", "message": err.Error()})
 				return
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		httpserver.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	return mux
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// Serve serves h on ln until ctx is done, then shuts the server down: it
-// stops accepting and lets the requests in flight finish within drain. It
-// returns nil after a shutdown caused by ctx, and the server's error if it
-// failed before. Every HTTP server of a sluice process (metrics, the
-// intake API, the sink emulator) runs through it.
-func Serve(ctx context.Context, ln net.Listener, h http.Handler, drain time.Duration) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	return err
 }
 
 func b2f(b bool) float64 {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/metrics"
@@ -68,7 +69,7 @@ func TestCollectorAndServer(t *testing.T) {
 	var notReady atomic.Bool
 	serving := make(chan error, 1)
 	go func() {
-		serving <- metrics.Serve(ctx, ln, metrics.Handler(reg, func(context.Context) error {
+		serving <- httpserver.Serve(ctx, ln, metrics.Handler(reg, func(context.Context) error {
 			if notReady.Load() {
 				return errors.New("kafka unreachable")
 			}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/sinksim"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -115,7 +115,7 @@ func sinkSimCommand() *cli.Command {
 				return usageError(fmt.Errorf("--listen: %w", err))
 			}
 			log.Info("sink emulator listening", "addr", ln.Addr().String(), "capacity_units_per_s", cfg.Capacity, "mode", cfg.Mode)
-			return metrics.Serve(c.Context, ln, sim.Handler(), 5*time.Second)
+			return httpserver.Serve(c.Context, ln, sim.Handler(), httpserver.DefaultDrain)
 		},
 	}
 }
