@@ -6,8 +6,9 @@ package e2e
 // the static binary and the image from scratch layers (cmd/sluice-image)
 // and loads it into podman (installed with apt-get when missing); this test
 // checks the image against the Dockerfile, read with BuildKit's own parser,
-// and runs `sluice --version`, the embedded demo and a write outside /tmp in
-// it with the root filesystem read-only.
+// and runs in it, with the root filesystem read-only: `sluice --version`,
+// the embedded demo, a load whose dead letter goes to the working directory
+// (/tmp), and a write outside /tmp, which must fail.
 
 import (
 	"archive/tar"
@@ -55,7 +56,11 @@ type imageLayout struct {
 // distrolessStaticNonroot is what the Dockerfile's runtime base brings, as
 // distroless documents it (GoogleContainerTools/distroless, base/README.md
 // and the static image's config): its user nonroot is 65532:65532, its
-// working directory the user's home, its CA bundle Debian's.
+// working directory the user's home, its CA bundle Debian's. It has more
+// that the image built without Docker leaves out and sluice does not read:
+// tzdata, /etc/nsswitch.conf, /etc/os-release, package metadata, and the
+// user's home /home/nonroot (writable by the user, but not with the root
+// filesystem read-only).
 var distrolessStaticNonroot = imageLayout{
 	User:       "65532:65532",
 	WorkingDir: "/home/nonroot",
@@ -202,12 +207,27 @@ func TestReleaseImage(t *testing.T) {
 	require.Zero(t, summary.Throttled, "the sink never throttled")
 	require.LessOrEqual(t, summary.MaxUnits1s, int64(2020), "the sink's busiest second within 1%% of the capacity, 2,000")
 
+	// A dead letter goes to the default dead-letter file, in the working
+	// directory: /tmp, writable.
+	dlTmp := t.TempDir()
+	require.NoError(t, os.Chmod(dlTmp, 0o1777))
+	cmd = script("run", "-i", "--network", "none", "--", "bulk-load", "--embedded", "--capacity", "100",
+		"--topic", "deadletters", "--id-field", "id", "--format", "csv", "-")
+	cmd.Env = append(cmd.Env, "SLUICE_IMAGE_TMP="+dlTmp)
+	cmd.Stdin = strings.NewReader("id,mag\nus1,4.5\n,3.0\n")
+	out, err = cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "a row without an ID is dead-lettered: %v\n%s", err, out)
+	require.Equal(t, 3, exit.ExitCode(), "exit 3: records were dead-lettered\n%s", out)
+	dl, err := os.ReadFile(filepath.Join(dlTmp, "deadletters.dlq.ndjson"))
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(dl), `"value":",3.0"`)
+
 	// A write outside /tmp fails: the root filesystem is read-only.
 	cmd = script("run", "-i", "--network", "none", "--", "bulk-load", "--embedded", "--capacity", "100",
 		"--topic", "readonly", "--id-field", "id", "--format", "csv", "--summary-json", "/summary.json", "-")
 	cmd.Stdin = strings.NewReader("id,mag\nus1,4.5\n")
 	out, err = cmd.CombinedOutput()
-	var exit *exec.ExitError
 	require.True(t, errors.As(err, &exit), "a summary written to / fails: %v\n%s", err, out)
 	require.Equal(t, 1, exit.ExitCode(), "%s", out)
 	require.Contains(t, string(out), "open /summary.json: read-only file system")
