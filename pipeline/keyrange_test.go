@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/ingest"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // The key range tracker on its own, with explicit instants: how it reads

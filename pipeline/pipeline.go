@@ -10,8 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/ingest"
 	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // Config configures a Pipeline. Zero fields take the documented

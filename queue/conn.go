@@ -17,6 +17,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
+
 	"github.com/sluicehq/sluice/tlsfiles"
 )
 
