@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
-	"sync"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/ingest/ingesttest"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/sinksim"
@@ -35,14 +34,18 @@ func ExampleNew() {
 	defer srv.Close()
 	target, _ := sink.NewHTTP(sink.HTTPConfig{URL: srv.URL})
 
-	queue := newSliceQueue(500)
+	var values [][]byte
+	for i := range 500 {
+		values = append(values, fmt.Appendf(nil, `{"id":"nc%d","mag":%.1f}`, i, float64(i%50)/10))
+	}
+	queue := ingesttest.NewQueue("quakes", values...)
 	w, err := worker.New(worker.Config{
 		Source:      queue,
 		Redis:       []redis.UniversalClient{rdb},
 		Pool:        lease.Pool{Name: "example", Capacity: 1000, Partitions: 10},
 		IDField:     "id",
 		Sink:        target,
-		DeadLetters: discard{},
+		DeadLetters: ingesttest.Discard{},
 	})
 	if err != nil {
 		panic(err)
@@ -50,7 +53,7 @@ func ExampleNew() {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
-	<-queue.finished
+	<-queue.Finished()
 	stop()
 	if err := <-done; err != nil {
 		panic(err)
@@ -64,49 +67,3 @@ func ExampleNew() {
 	// delivered 500 of 500, 0 duplicates, 0 dead-lettered
 	// the sink accepted 500, throttled 0; busiest second within 1,000: true
 }
-
-// sliceQueue is an in-memory ingest.Source of n records; finished is
-// closed once every one is Done.
-type sliceQueue struct {
-	mu       sync.Mutex
-	recs     []ingest.Record
-	left     int
-	finished chan struct{}
-}
-
-func newSliceQueue(n int) *sliceQueue {
-	q := &sliceQueue{left: n, finished: make(chan struct{})}
-	for i := range n {
-		q.recs = append(q.recs, ingest.Record{
-			Pos:   ingest.Position{Topic: "quakes", Offset: int64(i)},
-			Value: fmt.Appendf(nil, `{"id":"nc%d","mag":%.1f}`, i, float64(i%50)/10),
-		})
-	}
-	return q
-}
-
-func (q *sliceQueue) Fetch(ctx context.Context) (ingest.Record, error) {
-	q.mu.Lock()
-	if len(q.recs) > 0 {
-		rec := q.recs[0]
-		q.recs = q.recs[1:]
-		q.mu.Unlock()
-		return rec, nil
-	}
-	q.mu.Unlock()
-	<-ctx.Done()
-	return ingest.Record{}, ctx.Err()
-}
-
-func (q *sliceQueue) Done(ingest.Record) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.left--; q.left == 0 {
-		close(q.finished)
-	}
-}
-
-// discard drops dead letters.
-type discard struct{}
-
-func (discard) DeadLetter(context.Context, ...ingest.DeadLetter) error { return nil }

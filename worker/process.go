@@ -252,7 +252,9 @@ func (p *Process) Close() error {
 	return errors.Join(errs...)
 }
 
-// teeDeadLetters stores every dead letter in each of its stores, in order.
+// teeDeadLetters stores every dead letter in each of its stores, in order;
+// it fails when one fails (the pipeline then writes them all again, so a
+// letter may be in a store twice, never in none).
 type teeDeadLetters []ingest.DeadLetters
 
 func (t teeDeadLetters) DeadLetter(ctx context.Context, letters ...ingest.DeadLetter) error {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
@@ -45,30 +44,9 @@ func runCLIWithStdin(t *testing.T, stdin io.Reader, args ...string) (code int, s
 		// working directory; a test keeps its own.
 		args = slices.Insert(args, 1, "--dead-letter-file", filepath.Join(t.TempDir(), "dlq.ndjson"))
 	}
-	var out, errOut syncBuffer
+	var out, errOut lockedBuffer // go-redis logs from goroutines of its own through the logger a command installs
 	code = run(append([]string{"sluice"}, args...), stdin, &out, &errOut)
 	return code, out.String(), errOut.String()
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use: go-redis logs
-// through the process-wide logger a command installs, from goroutines of
-// its own (a connection dialled in the background), while the command
-// writes its own lines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func readSummary(t *testing.T, path string) bulkload.Summary {
