@@ -300,7 +300,7 @@ func (h *HTTPSink) do(ctx context.Context, method, url string, body []byte, idem
 	if idemKey != "" {
 		req.Header.Set(HeaderIdempotencyKey, idemKey)
 	}
-	resp, err := h.client.Do(req)
+	resp, err := h.client.Do(oneShot(req))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, context.Cause(ctx)
@@ -316,6 +316,19 @@ func (h *HTTPSink) do(ctx context.Context, method, url string, body []byte, idem
 		return nil, nil, fmt.Errorf("read answer: %w", err)
 	}
 	return resp, data, nil
+}
+
+// oneShot makes req a request the transport sends once: Go's transport
+// re-sends on a fresh connection, on its own, a request it takes for
+// idempotent (one with an Idempotency-Key, or a body it can rewind) when
+// the connection drops after the request went out. Such a re-send would
+// reach the sink without going through the pacer, so only the pipeline
+// retries, as paced attempts.
+func oneShot(req *http.Request) *http.Request {
+	if req.Body != nil && req.Body != http.NoBody {
+		req.GetBody = nil
+	}
+	return req
 }
 
 // HeaderIdempotencyKey carries the batch's idempotency key: the same batch

@@ -326,7 +326,7 @@ func (s *RESTSink) send(ctx context.Context, a *restAnswer, target string, body 
 	req.Header = s.header.Clone()
 	req.Header.Set(HeaderIdempotencyKey, idemKey)
 	now := s.noteSend()
-	resp, err := s.client.Do(req)
+	resp, err := s.client.Do(oneShot(req))
 	if err != nil {
 		a.err = err
 		var ue *url.Error
