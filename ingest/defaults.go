@@ -21,6 +21,10 @@ const (
 	// finished: 64 MiB (at most 262,144 records, each counted at least
 	// RecordOverhead bytes).
 	DefaultMaxInFlightBytes = 64 << 20
+	// DefaultMaxRetryAfter caps how long a sink's Retry-After may hold a
+	// write back, for a paused sink and a throttled key range alike: 30 s,
+	// so that a sink that asks for an hour is probed again within 30 s.
+	DefaultMaxRetryAfter = 30 * time.Second
 	// DefaultGrace is how long in-flight writes may go on at shutdown: 10 s.
 	DefaultGrace = 10 * time.Second
 	// DefaultReadyAfter is how long a failure (sink paused, dead-letter

@@ -133,6 +133,9 @@ type hotRange struct {
 
 func (r *hotRange) contains(key string) bool { return r.low.atOrBelow(key) && r.high.above(key) }
 
+// everyKey reports whether r has no end on either side.
+func (r *hotRange) everyKey() bool { return r.low.unbounded && r.high.unbounded }
+
 // keyRanges is a pipeline's throttle feedback per key range; the zero
 // value is not ready, see init. Safe for concurrent use.
 type keyRanges struct {
@@ -190,9 +193,13 @@ func (k *keyRanges) index(key string) int {
 // and never into a neighbouring range; a cool key inside a range splits
 // it.
 // observe returns whether the answer throttled every record and every one
-// was in a range already known to be hot (a range-specific answer, not a
-// failure of the whole request).
-func (k *keyRanges) observe(now, sent time.Time, items []*item, results []ingest.Result) (explained bool) {
+// was in a range already known to be hot (explained: a range-specific
+// answer, not a failure of the whole request), and whether a throttle is
+// the sink's as a whole (refused): a throttled key whose range would cover
+// every key, with nothing of it accepted in the last second. Such a range
+// is not kept: there is no key range to pace, the sink is full or refusing,
+// and the pipeline pauses it.
+func (k *keyRanges) observe(now, sent time.Time, items []*item, results []ingest.Result) (explained, refused bool) {
 	at := k.at(now)
 	first := -1
 	k.mu.Lock()
@@ -206,7 +213,7 @@ func (k *keyRanges) observe(now, sent time.Time, items []*item, results []ingest
 		}
 	}
 	if first < 0 {
-		return false
+		return false, false
 	}
 	explained = true
 	var marks []keyMark // the evidence, in key order: units 1 hot, 0 cool
@@ -255,14 +262,23 @@ func (k *keyRanges) observe(now, sent time.Time, items []*item, results []ingest
 		for _, m := range marks[i:j] {
 			r := k.find(m.key)
 			if r == nil {
-				if r = k.cover(now, m.key, low, high); r == nil {
+				var whole bool
+				if r, whole = k.cover(now, m.key, low, high); r == nil {
+					refused = refused || whole
 					continue
 				}
 			} else if !cut[r] && sent.After(r.changed) {
 				// Sent at its current rate and still throttled: cut it
 				// (once per answer). A request sent before its last
 				// change is old news.
-				k.cut(now, r)
+				if k.cut(now, r) == 0 && r.everyKey() {
+					// Nothing of the whole key space got through in a
+					// second: the sink's throttle, which its pause
+					// handles; the range and what it holds go.
+					k.forget(k.index(m.key))
+					refused = true
+					continue
+				}
 			}
 			cut[r] = true
 			r.throttled = now
@@ -271,7 +287,7 @@ func (k *keyRanges) observe(now, sent time.Time, items []*item, results []ingest
 		i = j
 	}
 	k.on.Store(true)
-	return explained
+	return explained, refused
 }
 
 func (r *hotRange) noteHot(key string) {
@@ -291,8 +307,10 @@ func (r *hotRange) noteHot(key string) {
 // neighbouring range. Its rate is rangeBackoff × what its keys accepted in
 // the last second, and that second's accepts count in its account. It
 // returns nil when the bounds do not hold the key (a key both throttled
-// and accepted in one answer). k.mu is held.
-func (k *keyRanges) cover(now time.Time, key string, low, high bound) *hotRange {
+// and accepted in one answer), and nil with whole set when the range would
+// cover every key and none of them was accepted in the last second: a
+// throttle of the whole sink, not of a range. k.mu is held.
+func (k *keyRanges) cover(now time.Time, key string, low, high bound) (_ *hotRange, whole bool) {
 	i := k.index(key) // the range below key, if any
 	r := &hotRange{low: low, high: high, hold: rangeHold}
 	if i >= 0 && !before(k.hot[i].high, low) {
@@ -302,9 +320,12 @@ func (k *keyRanges) cover(now time.Time, key string, low, high bound) *hotRange 
 		r.high = k.hot[i+1].low
 	}
 	if !r.contains(key) {
-		return nil
+		return nil, false
 	}
 	accepted := k.fill(now, r)
+	if accepted == 0 && r.everyKey() {
+		return nil, true
+	}
 	r.peak = accepted
 	r.rate = max(rangeBackoff*accepted, k.minRate())
 	r.changed, r.throttled, r.probeAt, r.filled = now, now, now.Add(r.hold), now
@@ -314,7 +335,7 @@ func (k *keyRanges) cover(now time.Time, key string, low, high bound) *hotRange 
 	if len(k.hot) > maxHotRanges {
 		k.evict()
 	}
-	return r
+	return r, false
 }
 
 // fill builds r's account from the keys accepted in it in the last second
@@ -345,8 +366,8 @@ func (k *keyRanges) fill(now time.Time, r *hotRange) float64 {
 
 // cut lowers a range the sink throttled although it kept to its rate:
 // rangeBackoff × what it accepted in the last second, or half its rate when
-// it accepted nothing. k.mu is held.
-func (k *keyRanges) cut(now time.Time, r *hotRange) {
+// it accepted nothing, and returns what it accepted (units/s). k.mu is held.
+func (k *keyRanges) cut(now time.Time, r *hotRange) (accepted float64) {
 	k.c.Count(ingest.EventRangeCuts, 1)
 	prev := r.peak
 	r.refill(now)
@@ -373,6 +394,7 @@ func (k *keyRanges) cut(now time.Time, r *hotRange) {
 	r.tokens = r.rate * k.slice.Seconds()
 	r.step = 0
 	r.changed, r.probeAt = now, now.Add(r.hold)
+	return ceiling
 }
 
 // split cuts the range holding a cool key at it. A side that holds a key

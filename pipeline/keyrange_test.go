@@ -91,6 +91,7 @@ func TestKeyRangesFoundFromAnswers(t *testing.T) {
 		layout    []string
 		in, out   []string // keys inside a range, keys in none
 		explained bool     // of the last answer
+		refused   bool     // of the last answer: the sink's throttle, no range
 	}{
 		{
 			name:    "nothing accepted after the throttle: the whole key space",
@@ -143,22 +144,34 @@ func TestKeyRangesFoundFromAnswers(t *testing.T) {
 		},
 		{
 			name:      "every record throttled in a range known hot is the range's answer",
-			answers:   [][]string{{"m!"}, {"d!", "e!"}},
+			answers:   [][]string{{"a", "m!"}, {"d!", "e!"}},
 			layout:    []string{"[-,-)"},
 			explained: true,
+		},
+		{
+			name:    "every key throttled and none accepted is the sink's throttle, not a range's",
+			answers: [][]string{{"m!", "q!"}},
+			layout:  nil,
+			refused: true,
+		},
+		{
+			name:    "a cool key after the throttle bounds it: a range, not the sink",
+			answers: [][]string{{"m!", "q"}},
+			layout:  []string{"[-,q)"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			k := newTestRanges()
-			var explained bool
+			var explained, refused bool
 			for i, keys := range tc.answers {
 				now := t0.Add(time.Duration(i+1) * 100 * time.Millisecond)
 				items, results := answer(keys...)
-				explained = k.observe(now, now.Add(-time.Millisecond), items, results)
+				explained, refused = k.observe(now, now.Add(-time.Millisecond), items, results)
 			}
 			require.Equal(t, tc.layout, k.layout())
 			require.Equal(t, tc.explained, explained)
+			require.Equal(t, tc.refused, refused)
 			for _, key := range tc.in {
 				require.NotNil(t, k.find(key), key)
 			}
@@ -176,7 +189,7 @@ func accept(k *keyRanges, now time.Time, prefix string, n int) {
 		keys[i] = fmt.Sprintf("%s%04d", prefix, i)
 	}
 	items, results := answer(keys...)
-	k.observe(now, now, items, results)
+	_, _ = k.observe(now, now, items, results)
 }
 
 func TestKeyRangeRateIsWhatItsKeysAccepted(t *testing.T) {
@@ -189,7 +202,7 @@ func TestKeyRangeRateIsWhatItsKeysAccepted(t *testing.T) {
 	// b1000 is throttled after z0000 was accepted: its range is below "z".
 	now := t0.Add(500 * time.Millisecond)
 	items, results := answer("b1000!", "z0000")
-	k.observe(now, now, items, results)
+	_, _ = k.observe(now, now, items, results)
 	require.Equal(t, []string{"[-,z)"}, k.layout())
 	r := k.find("b")
 	require.InDelta(t, 0.95*400, r.rate, 1, "rangeBackoff × the 400 its keys accepted in the last second")
@@ -200,14 +213,14 @@ func TestKeyRangeRateIsWhatItsKeysAccepted(t *testing.T) {
 	// × what it accepted, and the hold doubles (the same ceiling).
 	now = t0.Add(1500 * time.Millisecond)
 	items, results = answer("b2000!")
-	k.observe(now, now.Add(-time.Millisecond), items, results)
+	_, _ = k.observe(now, now.Add(-time.Millisecond), items, results)
 	require.InDelta(t, 0.95*min(200, 0.95*400), r.rate, 1, "a second holding 200 of its keys")
 	require.Equal(t, 2*rangeHold, r.hold)
 	require.EqualValues(t, 1, k.c.Totals().RangeCuts)
 
 	// A request sent before that cut is old news.
 	items, results = answer("b2001!")
-	k.observe(now.Add(time.Millisecond), now.Add(-time.Millisecond), items, results)
+	_, _ = k.observe(now.Add(time.Millisecond), now.Add(-time.Millisecond), items, results)
 	require.EqualValues(t, 1, k.c.Totals().RangeCuts)
 }
 
@@ -217,7 +230,7 @@ func TestKeyRangeProbesUpWhileItHoldsRecordsBack(t *testing.T) {
 	accept(k, t0, "k", 1000)
 	now := t0.Add(10 * time.Millisecond)
 	items, results := answer("k5000!")
-	k.observe(now, now, items, results)
+	_, _ = k.observe(now, now, items, results)
 	r := k.find("k")
 	require.InDelta(t, 950, r.rate, 1)
 	peak := r.peak
@@ -257,7 +270,7 @@ func TestKeyRangesHoldBackOnlyTheirRecords(t *testing.T) {
 	k := newTestRanges()
 	now := t0
 	items, results := answer("h0!", "x0") // the range is [-, x)
-	k.observe(now, now, items, results)
+	_, _ = k.observe(now, now, items, results)
 	r := k.find("h")
 	r.rate, r.peak = 50, 50 // 10 records a slice
 
@@ -312,7 +325,7 @@ func TestKeyRangesForgetTheirRecordsWhenForgotten(t *testing.T) {
 		now := t0.Add(time.Duration(i) * time.Millisecond)
 		// Each answer throttles one key between two cool ones: one range each.
 		items, results := answer(fmt.Sprintf("k%04d!", 2*i+1), fmt.Sprintf("k%04d", 2*i), fmt.Sprintf("k%04d", 2*i+2))
-		k.observe(now, now, items, results)
+		_, _ = k.observe(now, now, items, results)
 		if i == 0 {
 			require.Equal(t, rangeHeld, k.admit(now, &item{rec: ingest.Record{ID: "k0001x", SinkKey: "k0001x", Cost: 1}}, false, 0))
 		}

@@ -62,6 +62,10 @@ type Config struct {
 	// it (see lease.Config.RequestTimeout), and a sink's own timeouts must
 	// fit inside it.
 	RequestTimeout time.Duration
+	// MaxRetryAfter caps how long a sink's Retry-After holds a throttled
+	// record's key range; the retry policy caps the pauses of the sink by
+	// the same value. Defaults to ingest.DefaultMaxRetryAfter (30 s).
+	MaxRetryAfter time.Duration
 	// Grace is how long in-flight writes and dead letters may go on after
 	// ctx is done before they are cancelled (their records are then
 	// redelivered). Defaults to DefaultGrace (10 s).
@@ -99,7 +103,7 @@ type Config struct {
 // withDefaults fills the zero fields of c and checks the rest.
 func (c Config) withDefaults() (Config, error) {
 	if c.MaxBatch < 0 || c.Concurrency < 0 || c.MaxInFlight < 0 || c.MaxInFlightBytes < 0 || c.MaxRecordCost < 0 ||
-		c.Slice < 0 || c.RequestTimeout < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0 {
+		c.Slice < 0 || c.RequestTimeout < 0 || c.MaxRetryAfter < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0 {
 		return c, errors.New("ingest: pipeline limits and durations must not be negative")
 	}
 	c.MaxBatch = cmp.Or(c.MaxBatch, ingest.DefaultMaxBatch)
@@ -108,6 +112,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Slice = cmp.Or(c.Slice, ingest.DefaultSlice)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, ingest.DefaultRequestTimeout)
 	c.Grace = cmp.Or(c.Grace, ingest.DefaultGrace)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, ingest.DefaultMaxRetryAfter)
 	c.ReadyAfter = cmp.Or(c.ReadyAfter, ingest.DefaultReadyAfter)
 	c.Pricing.Unit = cmp.Or(c.Pricing.Unit, ingest.UnitRecords)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
@@ -153,8 +158,9 @@ type Pipeline struct {
 	wake     chan struct{} // pokes the fetcher every slice
 	filled   chan struct{} // the fetcher reached the prefetch target
 
-	mu      sync.Mutex
-	retries batchHeap // batches and records waiting out a backoff
+	mu       sync.Mutex
+	retries  batchHeap // batches and records waiting out a backoff
+	suspects []suspect // records of answers with every record Retryable, waiting for evidence
 
 	breaker      breaker
 	ranges       keyRanges // throttle feedback per key range
@@ -176,7 +182,6 @@ type item struct {
 	base      int64  // the record's price by the rule, before the learned charge ratio
 	attempts  int    // attempts the sink answered Retryable, not throttled
 	throttles int    // attempts the sink answered throttled
-	ambiguous int    // answers with every record of the request Retryable, taken for a sink failure
 	invalid   string // reason to dead-letter without writing, if set
 }
 

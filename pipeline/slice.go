@@ -61,6 +61,11 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 			head = p.nextFresh()
 		}
 		due := p.dueCost(time.Now())
+		if (!probe || (head == nil && due == 0 && p.ranges.heldRecords() == 0)) && p.releaseSuspects(time.Now()) {
+			// A probe with nothing else to send re-sends the suspects (see
+			// suspect); and once the sink works they are retried.
+			due = p.dueCost(time.Now())
+		}
 		if head == nil && due == 0 && p.ranges.heldRecords() == 0 {
 			// Idle: wait for a record rather than a slice, so the first
 			// one is sent at once (the pacer opens a slice immediately
@@ -264,10 +269,20 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool, siz
 			return batches, head, spent
 		}
 	}
-	if !probe && p.ranges.active() {
+	if p.ranges.active() {
 		var n int64
 		fresh, n = p.releaseHeld(now, budget-spent, fresh)
 		spent += n
+		if probe && len(fresh) > p.cfg.MaxBatch {
+			// The probe is one request: the rest wait as retries.
+			for _, it := range fresh[p.cfg.MaxBatch:] {
+				spent -= it.rec.Cost
+				b := newBatch([]*item{it})
+				b.due = now
+				p.pushRetry(b)
+			}
+			fresh = fresh[:p.cfg.MaxBatch]
+		}
 	}
 	for {
 		if head == nil {
@@ -438,7 +453,7 @@ func (p *Pipeline) settle(ctx context.Context) {
 // beyond this slice's budget.
 func (p *Pipeline) setDemand(backlog bool) {
 	p.mu.Lock()
-	retrying := 0
+	retrying := len(p.suspects)
 	for _, u := range p.retries {
 		retrying += len(u.items)
 	}

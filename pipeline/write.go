@@ -38,20 +38,29 @@ func (p *Pipeline) write(ctx context.Context, u *batch, answered func()) {
 		return // shutting down: the records are redelivered later
 	}
 	now := time.Now()
-	explained := false // every record throttled by a range known to be hot
+	explained, refused := false, false // see keyRanges.observe
 	if err == nil && len(results) == len(recs) {
-		explained = p.ranges.observe(now, began, u.items, results)
+		explained, refused = p.ranges.observe(now, began, u.items, results)
 	}
-	if err == nil && !explained && !p.isolated(u) {
+	switch {
+	case err == nil && refused:
+		p.refused(u, results, now)
+		return
+	case err == nil && !explained && !p.isolated(u):
 		err = wholeFailure(results, len(recs))
-	} else if errors.Is(err, context.DeadlineExceeded) {
+	case errors.Is(err, context.DeadlineExceeded):
 		err = fmt.Errorf("no answer within the request timeout (%s): %w", p.cfg.RequestTimeout, err)
 	}
 	if err != nil {
 		p.failed(u, err, now)
 		return
 	}
-	p.breaker.success(now)
+	if judged(results) {
+		p.breaker.success(now, true)
+		p.acquit(now)
+	} else {
+		p.breaker.success(now, false)
+	}
 	nearLimit := false
 	for i, it := range u.items {
 		p.route(it, results[i], now)
@@ -64,25 +73,58 @@ func (p *Pipeline) write(ctx context.Context, u *batch, answered func()) {
 	}
 }
 
-// maxAmbiguous is how many times a batch whose every record came back
-// Retryable is taken for a sink-wide failure before its records' attempts
-// start to count (see isolated).
-const maxAmbiguous = 5
-
-// isolated reports whether an answer with every record Retryable is about
-// u's records rather than the sink: another request succeeded since u was
-// sent (the sink works), or each of its records has been answered so
-// maxAmbiguous times (a poison record at the end of the queue).
-func (p *Pipeline) isolated(u *batch) bool {
-	if p.breaker.successes() > u.epoch {
-		return true
-	}
-	for _, it := range u.items {
-		if it.ambiguous < maxAmbiguous {
-			return false
+// judged reports whether the sink gave a verdict on a record of an
+// answer (stored, a duplicate, refused for good): it works, whatever it
+// said of the others.
+func judged(results []ingest.Result) bool {
+	for _, r := range results {
+		if r.Outcome != ingest.Retryable {
+			return true
 		}
 	}
-	return true
+	return false
+}
+
+// refused handles an answer whose throttles are the sink's as a whole, not
+// a key range's (keyRanges.observe): the records it judged are routed, the
+// throttled ones wait, their attempts untouched, for the probe that ends a
+// pause of the sink, which is paused as for any failure of a whole request
+// (a Retry-After capped at MaxRetryAfter, probes, readiness, the stall
+// timeout).
+func (p *Pipeline) refused(u *batch, results []ingest.Result, now time.Time) {
+	p.c.Count(ingest.EventFailedWrites, 1)
+	se := &ingest.SinkError{Throttled: true}
+	var waiting []*item
+	for i, it := range u.items {
+		res := results[i]
+		if res.Outcome != ingest.Retryable || !res.Throttled {
+			p.route(it, res, now)
+			continue
+		}
+		p.c.Count(ingest.EventThrottled, 1)
+		se.RetryAfter = max(se.RetryAfter, res.RetryAfter)
+		if se.Err == nil {
+			se.Err = fmt.Errorf("every key throttled: %s", res.Reason)
+		}
+		waiting = append(waiting, it)
+	}
+	p.throttleFeedback()
+	due, _ := p.breaker.failure(now, se)
+	for _, it := range waiting {
+		p.c.Count(ingest.EventRetried, 1)
+		b := newBatch([]*item{it})
+		b.due = due
+		p.pushRetry(b)
+	}
+}
+
+// isolated reports whether an answer with every record Retryable is about
+// u's records rather than the sink: another request was answered with a
+// verdict since u was sent, so the sink works. Without that evidence the
+// answer is taken for a failure of the sink, however often it comes: a
+// record's attempts are never used up by an outage.
+func (p *Pipeline) isolated(u *batch) bool {
+	return p.breaker.successes() > u.epoch
 }
 
 // wholeFailure returns the error of an answer that is a failure of the
@@ -115,21 +157,79 @@ type ambiguousError struct{ *ingest.SinkError }
 func (e *ambiguousError) Unwrap() error { return e.SinkError }
 
 // failed handles a write that failed as a whole: the sink is paused and
-// the batch is kept, whole, for the probe that ends the pause. No record's
+// the batch is kept, whole, for the probe that ends the pause (its
+// idempotency key stays the same). An answer with every record Retryable
+// said that none was stored: its records wait one by one instead, so that
+// the probe mixes them with others, and a record the sink keeps refusing
+// is told apart from an outage once another is stored. No record's
 // attempts are used up.
 func (p *Pipeline) failed(u *batch, err error, now time.Time) {
 	p.c.Count(ingest.EventFailedWrites, 1)
-	if ae := (*ambiguousError)(nil); errors.As(err, &ae) {
-		for _, it := range u.items {
-			it.ambiguous++
-		}
-	}
 	if se := (*ingest.SinkError)(nil); errors.As(err, &se) && se.Throttled {
 		p.c.Count(ingest.EventThrottled, int64(len(u.items)))
 		p.throttleFeedback()
 	}
-	u.due, u.keep = p.breaker.failure(now, err), true
+	due, first := p.breaker.failure(now, err)
+	if ae := (*ambiguousError)(nil); errors.As(err, &ae) {
+		p.suspect(u.items, first, ae.Error())
+		return
+	}
+	u.due, u.keep = due, true
 	p.pushRetry(u)
+}
+
+// suspect is a record of an answer with every record Retryable: the sink
+// may be down, or refuse this record alone. It waits for evidence: the
+// next answer with a verdict on another record shows the sink works, and
+// then the refusal counts as one of the record's attempts — when it was
+// the first failure since the sink last answered (countable), not one in
+// the middle of an outage. Until then probes go with other records, and
+// with suspects only when nothing else is left.
+type suspect struct {
+	it        *item
+	countable bool
+	reason    string
+}
+
+// suspect holds items back as suspects.
+func (p *Pipeline) suspect(items []*item, countable bool, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, it := range items {
+		p.suspects = append(p.suspects, suspect{it: it, countable: countable, reason: reason})
+	}
+}
+
+// acquit acts on the evidence of an answer with a verdict: each suspect's
+// refusal is its own (one attempt, or a dead letter when none is left) if
+// it was countable, and it is retried.
+func (p *Pipeline) acquit(now time.Time) {
+	p.mu.Lock()
+	suspects := p.suspects
+	p.suspects = nil
+	p.mu.Unlock()
+	for _, s := range suspects {
+		if s.countable {
+			p.route(s.it, ingest.Result{Outcome: ingest.Retryable, Reason: s.reason}, now)
+			continue
+		}
+		p.retryItem(s.it, now)
+	}
+}
+
+// releaseSuspects queues the suspects for a probe that has nothing else to
+// send; they stay suspects until an answer judges a record.
+func (p *Pipeline) releaseSuspects(now time.Time) bool {
+	p.mu.Lock()
+	suspects := p.suspects
+	p.suspects = nil
+	p.mu.Unlock()
+	for _, s := range suspects {
+		b := newBatch([]*item{s.it})
+		b.due = now
+		p.pushRetry(b)
+	}
+	return len(suspects) > 0
 }
 
 // route acts on one record's result. A throttled record waits in its key
@@ -154,7 +254,7 @@ func (p *Pipeline) route(it *item, res ingest.Result, now time.Time) {
 		if res.Throttled {
 			p.c.Count(ingest.EventThrottled, 1)
 			it.throttles++
-			if p.ranges.requeue(now, it, res.RetryAfter) {
+			if p.ranges.requeue(now, it, min(res.RetryAfter, p.cfg.MaxRetryAfter)) {
 				p.c.Count(ingest.EventRetried, 1)
 				return
 			}

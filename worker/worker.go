@@ -107,6 +107,10 @@ type Config struct {
 	// covers it, and the sink's own timeouts must fit inside it. Defaults to
 	// ingest.DefaultRequestTimeout (2 s).
 	RequestTimeout time.Duration
+	// MaxRetryAfter caps how long a sink's Retry-After holds writes back:
+	// a paused sink, a throttled key range, a retried record. Defaults to
+	// ingest.DefaultMaxRetryAfter (30 s).
+	MaxRetryAfter time.Duration
 	// Grace is how long in-flight writes may finish at shutdown. Defaults
 	// to ingest.DefaultGrace (10 s).
 	Grace time.Duration
@@ -160,6 +164,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Guard = cmp.Or(c.Guard, pacing.DefaultGuard)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, ingest.DefaultRequestTimeout)
 	c.Grace = cmp.Or(c.Grace, ingest.DefaultGrace)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, ingest.DefaultMaxRetryAfter)
 	c.ReadyAfter = cmp.Or(c.ReadyAfter, ingest.DefaultReadyAfter)
 	c.MaxBatch = cmp.Or(c.MaxBatch, ingest.DefaultMaxBatch)
 	c.Concurrency = cmp.Or(c.Concurrency, ingest.DefaultConcurrency)
@@ -191,6 +196,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, invalid("Guard", "must be within [0, Slice %s), got %s", c.Slice, c.Guard)
 	case c.RequestTimeout < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0:
 		return c, invalid("RequestTimeout, Grace, ReadyAfter, StallTimeout", "must not be negative")
+	case c.MaxRetryAfter < time.Second:
+		return c, invalid("MaxRetryAfter", "must be ≥ 1s, got %s", c.MaxRetryAfter)
 	case c.Reserved < 0 || c.Reserved > c.Pool.Partitions:
 		return c, invalid("Reserved", "must be within 0..%d (the pool's partitions), got %d", c.Pool.Partitions, c.Reserved)
 	}
@@ -277,6 +284,7 @@ func New(cfg Config) (_ *Worker, err error) {
 		MaxRecordCost:    int64(cfg.Pool.Capacity),
 		Slice:            cfg.Slice,
 		RequestTimeout:   cfg.RequestTimeout,
+		MaxRetryAfter:    cfg.MaxRetryAfter,
 		Grace:            cfg.Grace,
 		ReadyAfter:       cfg.ReadyAfter,
 		StallTimeout:     cfg.StallTimeout,
@@ -290,7 +298,7 @@ func New(cfg Config) (_ *Worker, err error) {
 		Source:      src,
 		DeadLetters: cfg.DeadLetters,
 		Sink:        cfg.Sink,
-		Retry:       sink.Policy{MaxAttempts: cfg.MaxAttempts},
+		Retry:       sink.Policy{MaxAttempts: cfg.MaxAttempts, MaxRetryAfter: cfg.MaxRetryAfter},
 		Pacer:       pacer,
 		Capacity:    mgr,
 	})
