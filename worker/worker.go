@@ -243,15 +243,17 @@ func New(cfg Config) (_ *Worker, err error) {
 		return nil, &ConfigError{Field: "Sink, DeadLetters", Err: errors.New("both are required")}
 	}
 	log := cfg.Logger
+	var pacer *pacing.Pacer // the lease manager asks it before giving capacity back
 	mgr, err := lease.New(lease.Config{
 		Pool: cfg.Pool, WorkerID: cfg.WorkerID, RequestTimeout: cfg.RequestTimeout, Slice: cfg.Slice,
 		Reserved: cfg.Reserved, Logger: log,
+		Releasable: func(now time.Time, rate float64) bool { return pacer.Releasable(now, rate) },
 	}, cfg.Redis...)
 	if err != nil {
 		return nil, err
 	}
 	log = log.With("worker", mgr.WorkerID())
-	pacer, err := pacing.New(pacing.Config{Slice: cfg.Slice, Guard: cfg.Guard}, mgr)
+	pacer, err = pacing.New(pacing.Config{Slice: cfg.Slice, Guard: cfg.Guard}, mgr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
