@@ -71,6 +71,7 @@ type Manager struct {
 	defReadAt    time.Time               // last instant the definition was known current: read, or its version confirmed
 	nextRead     time.Time               // when to read the definition again whatever the feed says
 	events       Events
+	redisHealth  redisHealth // whether announcements reach a quorum (observe.go)
 
 	mu        sync.Mutex
 	demand    float64       // units/s, from SetDemand
@@ -490,6 +491,9 @@ func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 		}
 		return err
 	}, "lease_announce", "demand announcement failed")
+	if ctx.Err() == nil {
+		m.redisHealth.observe(n >= len(m.clients)/2+1, time.Now())
+	}
 	if n == 0 {
 		return // again at the next tick
 	}
