@@ -86,6 +86,12 @@ var grafanaVars = strings.NewReplacer(
 	"$pool", "quakes|bulk",
 )
 
+// scrapeLabels are the labels Prometheus gives every series of a target
+// besides the ones sluice registers: job and instance always, namespace
+// and pod from Kubernetes discovery (prometheus-operator's PodMonitor, the
+// chart's podMonitor, sets both).
+var scrapeLabels = []string{"job", "instance", "namespace", "pod"}
+
 // registeredMetric is what the test knows of one exported metric family.
 type registeredMetric struct {
 	typ    dto.MetricType
@@ -213,13 +219,13 @@ func checkQuery(t *testing.T, registered map[string]registeredMetric, what, expr
 		name := vs.Name
 		require.NotEmpty(t, name, "%s: a selector without a metric name: %s", what, vs)
 		if m, ok := registered[name]; ok && m.typ != dto.MetricType_HISTOGRAM {
-			return name, m.labels
+			return name, withLabel(m.labels, scrapeLabels...)
 		}
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 			base, ok := strings.CutSuffix(name, suffix)
 			if m, found := registered[base]; ok && found {
 				require.Equal(t, dto.MetricType_HISTOGRAM, m.typ, "%s: %s of %s, which is no histogram", what, suffix, base)
-				l := m.labels
+				l := withLabel(m.labels, scrapeLabels...)
 				if suffix == "_bucket" {
 					l = withLabel(l, "le")
 				}
@@ -250,6 +256,14 @@ func checkQuery(t *testing.T, registered map[string]registeredMetric, what, expr
 		for _, c := range parser.Children(n) {
 			sets = append(sets, walk(c)...)
 		}
+		if bin, ok := n.(*parser.BinaryExpr); ok && bin.VectorMatching != nil && bin.VectorMatching.On {
+			// on (...) matches on labels both sides must have.
+			for _, l := range bin.VectorMatching.MatchingLabels {
+				for _, ls := range sets {
+					require.Contains(t, ls, l, "%s: matched on %s, which a series below has not: %q", what, l, expr)
+				}
+			}
+		}
 		if agg, ok := n.(*parser.AggregateExpr); ok && !agg.Without {
 			for _, l := range agg.Grouping {
 				for _, ls := range sets {
@@ -270,9 +284,12 @@ func checkQuery(t *testing.T, registered map[string]registeredMetric, what, expr
 	return families
 }
 
-// withLabel returns l with one more label.
-func withLabel(l map[string][]string, extra string) map[string][]string {
-	out := map[string][]string{extra: nil}
+// withLabel returns l with more labels (of any value).
+func withLabel(l map[string][]string, extra ...string) map[string][]string {
+	out := map[string][]string{}
+	for _, e := range extra {
+		out[e] = nil
+	}
 	for k, v := range l {
 		out[k] = v
 	}
