@@ -388,53 +388,69 @@ func TestHelmChart(t *testing.T) {
 	})
 
 	t.Run("every combination of the platform options", func(t *testing.T) {
-		accounts := map[string]string{
-			"own account with an identity": "serviceAccount: {create: true, annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::111122223333:role/sluice-quakes'}}",
-			"own account, named":           "serviceAccount: {create: true, name: quakes-writer}",
-			"existing account":             "serviceAccount: {create: false, name: workload-identity}",
-			"the default account":          "serviceAccount: {create: false}",
+		// Each option on and off, KEDA served or not, in every combination;
+		// the forms of each option take turns (an account of the chart's or
+		// an existing one, worker.env as a list or a map, no KEDA API or
+		// an old cluster), so that every form meets every other option.
+		type form struct{ name, values string }
+		accounts := [2][]form{
+			{{"the default account", "serviceAccount: {create: false}"}, {"an existing account", "serviceAccount: {create: false, name: workload-identity}"}},
+			{{"own account with an identity", "serviceAccount: {create: true, annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::111122223333:role/sluice-quakes'}}"},
+				{"own account, named", "serviceAccount: {create: true, name: quakes-writer}"}},
 		}
-		extras := map[string]string{
-			"no extras":                      "",
-			"env list, envFrom, volumes":     helmExtras,
-			"env map with valueFrom and API": helmEnvMap,
+		extras := [2][]form{
+			{{"no extras", ""}},
+			{{"env list, envFrom, volumes, API", helmExtras}, {"env map with valueFrom, API", helmEnvMap}},
 		}
-		monitoring := map[string]string{
-			"no monitoring":  "",
-			"PodMonitor":     "podMonitor: {enabled: true, labels: {release: kube-prometheus-stack}, interval: 30s, scrapeTimeout: 10s}",
-			"PrometheusRule": "prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}}",
-			"both":           "podMonitor: {enabled: true}\nprometheusRule: {enabled: true}",
-		}
+		podMonitor := [2][]form{{{"", ""}}, {{"PodMonitor", "podMonitor: {enabled: true, labels: {release: kube-prometheus-stack}, interval: 30s, scrapeTimeout: 10s}"}}}
+		rule := [2][]form{{{"", ""}}, {{"PrometheusRule", "prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}}"}}}
+		const kedaOn = "keda: {enabled: true, minReplicaCount: 1, maxReplicaCount: 3}"
 		kedas := []struct {
 			name, values string
-			on           cluster
+			on           []cluster
 		}{
-			{"no KEDA", "", fullCluster},
-			{"KEDA served", "keda: {enabled: true, minReplicaCount: 1, maxReplicaCount: 3}", fullCluster},
-			{"KEDA asked, not served", "keda: {enabled: true, minReplicaCount: 1, maxReplicaCount: 3}", bareCluster},
-			{"KEDA asked on an old cluster", "keda: {enabled: true, minReplicaCount: 1, maxReplicaCount: 3}", oldCluster},
+			{"no KEDA", "", []cluster{fullCluster}},
+			{"KEDA served", kedaOn, []cluster{fullCluster}},
+			{"KEDA asked, not served", kedaOn, []cluster{bareCluster, oldCluster}},
 		}
 		renders := 0
-		for aName, aVals := range accounts {
-			for eName, eVals := range extras {
-				for mName, mVals := range monitoring {
-					for _, k := range kedas {
-						name := fmt.Sprintf("%s, %s, %s, %s", aName, eName, mName, k.name)
-						vals := withTypes(values(t, helmRequired, aVals, eVals, mVals, k.values))
-						r, err := renderOn(t, chrt, vals, k.on)
-						require.NoError(t, err, name)
-						for key, doc := range r.docs {
-							decodeStrict(t, key, doc)
+		seen := map[string]bool{}
+		for _, a := range accounts {
+			for _, e := range extras {
+				for _, pm := range podMonitor {
+					for _, pr := range rule {
+						for _, k := range kedas {
+							pick := func(fs []form) form { return fs[renders%len(fs)] }
+							parts := []form{pick(a), pick(e), pick(pm), pick(pr)}
+							on := k.on[renders%len(k.on)]
+							name := fmt.Sprintf("%s, %s, %s, %s, %s on %s", parts[0].name, parts[1].name, parts[2].name, parts[3].name, k.name, on.name)
+							vals := withTypes(values(t, helmRequired, parts[0].values, parts[1].values, parts[2].values, parts[3].values, k.values))
+							r, err := renderOn(t, chrt, vals, on)
+							require.NoError(t, err, name)
+							for key, doc := range r.docs {
+								decodeStrict(t, key, doc)
+							}
+							w := checkWorker(t, sluice, r, nil)
+							if valueBool(t, vals, "api.enabled") {
+								checkAPI(t, sluice, r, nil, w)
+							}
+							for _, p := range parts {
+								seen[p.name] = true
+							}
+							seen[on.name] = true
+							renders++
 						}
-						w := checkWorker(t, sluice, r, nil)
-						if valueBool(t, vals, "api.enabled") {
-							checkAPI(t, sluice, r, nil, w)
-						}
-						renders++
 					}
 				}
 			}
 		}
+		require.Equal(t, 2*2*2*2*3, renders)
+		for _, fs := range [][]form{accounts[0], accounts[1], extras[1]} {
+			for _, f := range fs {
+				require.True(t, seen[f.name], "%s was rendered", f.name)
+			}
+		}
+		require.True(t, seen[oldCluster.name] && seen[bareCluster.name])
 		t.Logf("%d combinations rendered and checked", renders)
 	})
 
