@@ -71,6 +71,7 @@ type Manager struct {
 	defReadAt    time.Time               // last instant the definition was known current: read, or its version confirmed
 	nextRead     time.Time               // when to read the definition again whatever the feed says
 	events       Events
+	redisHealth  redisHealth // whether announcements reach a quorum (observe.go)
 
 	mu        sync.Mutex
 	demand    float64       // units/s, from SetDemand

@@ -220,6 +220,9 @@ func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 		}
 		return err
 	}, "lease_announce", "demand announcement failed")
+	if ctx.Err() == nil {
+		m.redisHealth.observe(n >= len(m.clients)/2+1, time.Now())
+	}
 	if n == 0 {
 		return // again at the next tick
 	}

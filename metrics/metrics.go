@@ -8,6 +8,7 @@
 //	sluice_pool_capacity_units_per_second        gauge    the pool's capacity in force (units/s)
 //	sluice_pool_effective_units_per_second       gauge    the pool's effective rate: the capacity, or less while ramping up (units/s)
 //	sluice_leased_units_per_second               gauge    the rate the worker's valid leases allow (units/s)
+//	sluice_demand_units_per_second               gauge    the demand the worker announces to its pool, capped at the pool's effective rate (units/s)
 //	sluice_leases_held                           gauge    partitions the worker holds
 //	sluice_reserved_partitions_missing           gauge    reserved partitions the worker could not take yet
 //	sluice_lease_events_total{event}             counter  acquired, renewed, lost, released, failed (acquire attempts that missed)
@@ -21,6 +22,7 @@
 //	sluice_sink_state                            gauge    0 writing, 1 paused after a write failed as a whole (per worker)
 //	sluice_sink_paused_seconds_total             counter  time the sink was paused, the current pause included (seconds)
 //	sluice_ready                                 gauge    1 while the worker can make progress, 0 once a failure has lasted its ready threshold
+//	sluice_redis_unreachable_seconds             gauge    how long the worker's Redis calls have been failing without a success, 0 while Redis answers (seconds)
 //	sluice_send_max_units_1s                     gauge    the most units sent in any sliding second so far (send side of the rate promise)
 //	sluice_send_latency_p99_seconds              gauge    99th percentile of the latest send→answer latencies (seconds)
 //	sluice_sink_requests_total{result}           counter  write requests sent to the sink: ok (answered), failed (unreachable, timeout)
@@ -123,6 +125,7 @@ var (
 	descCapacity   = prometheus.NewDesc("sluice_pool_capacity_units_per_second", "The pool's capacity in force, in units/s.", poolLabels, nil)
 	descEffective  = prometheus.NewDesc("sluice_pool_effective_units_per_second", "The pool's effective rate (capacity, or less while ramping up), in units/s.", poolLabels, nil)
 	descLeased     = prometheus.NewDesc("sluice_leased_units_per_second", "The rate the worker's valid leases allow, in units/s.", workerLabels, nil)
+	descDemand     = prometheus.NewDesc("sluice_demand_units_per_second", "The demand the worker announces to its pool, capped at the pool's effective rate, in units/s.", workerLabels, nil)
 	descHeld       = prometheus.NewDesc("sluice_leases_held", "Capacity partitions the worker holds.", workerLabels, nil)
 	descMissing    = prometheus.NewDesc("sluice_reserved_partitions_missing", "Reserved partitions the worker could not take yet.", workerLabels, nil)
 	descEvents     = prometheus.NewDesc("sluice_lease_events_total", "Lease events by kind.", append(workerLabels, "event"), nil)
@@ -143,13 +146,14 @@ var (
 	descSinkState  = prometheus.NewDesc("sluice_sink_state", "0 while writing, 1 while the sink is paused after a write failed as a whole.", workerLabels, nil)
 	descPaused     = prometheus.NewDesc("sluice_sink_paused_seconds_total", "Seconds the sink was paused, the current pause included.", workerLabels, nil)
 	descReady      = prometheus.NewDesc("sluice_ready", "1 while the worker can make progress, 0 once a failure has lasted its ready threshold.", workerLabels, nil)
+	descRedisDown  = prometheus.NewDesc("sluice_redis_unreachable_seconds", "Seconds the worker's Redis calls have been failing without a success, 0 while Redis answers.", workerLabels, nil)
 	descSendMax    = prometheus.NewDesc("sluice_send_max_units_1s", "The most units sent in any sliding second so far, at send time.", poolLabels, nil)
 	descLatency    = prometheus.NewDesc("sluice_send_latency_p99_seconds", "99th percentile of the latest send-to-answer latencies, in seconds.", poolLabels, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCapacity, descEffective, descLeased, descHeld, descMissing, descEvents,
+	for _, d := range []*prometheus.Desc{descCapacity, descEffective, descLeased, descDemand, descHeld, descMissing, descEvents, descRedisDown,
 		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descResults, descRetries, descHotRanges, descRangeCuts,
 		descSinkState, descPaused, descReady, descSendMax, descLatency} {
 		ch <- d
@@ -175,6 +179,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		rate := w.Lease.Rate(now)
 		gauge(descLeased, rate, w.Pool, id)
+		gauge(descDemand, w.Lease.Demand(now), w.Pool, id)
+		gauge(descRedisDown, w.Lease.RedisUnreachable(now).Seconds(), w.Pool, id)
 		gauge(descHeld, float64(len(w.Lease.Held())), w.Pool, id)
 		gauge(descMissing, float64(w.Lease.ReservedShort()), w.Pool, id)
 		ev := w.Lease.Events()
