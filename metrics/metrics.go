@@ -65,8 +65,8 @@ type Worker struct {
 	Sink SinkState
 }
 
-// SinkState is what the collector reads of a pipeline's sink;
-// *pipeline.Pipeline implements it.
+// SinkState is what the collector reads of a worker's sink and readiness;
+// *worker.Worker implements it.
 type SinkState interface {
 	SinkPaused() (paused bool, since time.Time)
 	SinkPausedTotal() time.Duration

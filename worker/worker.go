@@ -317,7 +317,7 @@ func New(cfg Config) (_ *Worker, err error) {
 		if l, ok := src.(ingest.Lagger); ok {
 			lag = l.Lag
 		}
-		cfg.Metrics.Add(metrics.Worker{Pool: cfg.Pool.Name, Lease: mgr, Pacer: pacer, Lag: lag, Sink: pl}, cfg.Counters)
+		cfg.Metrics.Add(metrics.Worker{Pool: cfg.Pool.Name, Lease: mgr, Pacer: pacer, Lag: lag, Sink: w}, cfg.Counters)
 	}
 	return w, nil
 }
@@ -346,9 +346,28 @@ func (w *Worker) Close() (err error) {
 // now.
 func (w *Worker) Rate(now time.Time) float64 { return w.lease.Rate(now) }
 
-// Ready returns nil while the worker can make progress (see
-// pipeline.Pipeline.Ready).
-func (w *Worker) Ready() error { return w.pipeline.Ready() }
+// ErrRedisUnreachable is wrapped by Ready's error once the worker's Redis
+// has been unreachable for Config.ReadyAfter.
+var ErrRedisUnreachable = errors.New("worker: Redis unreachable")
+
+// Ready returns nil while the worker can make progress, and an error
+// naming the failure once one has lasted Config.ReadyAfter: the sink
+// paused, the dead-letter topic or the queue unreachable
+// (pipeline.Pipeline.Ready), or Redis unreachable (its leases then stop
+// counting as they near expiry, and no new one can be taken).
+func (w *Worker) Ready() error {
+	if d := w.lease.RedisUnreachable(time.Now()); d >= w.cfg.ReadyAfter {
+		return fmt.Errorf("%w for %s", ErrRedisUnreachable, d.Round(time.Second))
+	}
+	return w.pipeline.Ready()
+}
+
+// SinkPaused reports whether the worker paused its sink after a failure
+// of a whole request, and since when (pipeline.Pipeline.SinkPaused).
+func (w *Worker) SinkPaused() (paused bool, since time.Time) { return w.pipeline.SinkPaused() }
+
+// SinkPausedTotal returns how long the sink has been paused in all.
+func (w *Worker) SinkPausedTotal() time.Duration { return w.pipeline.SinkPausedTotal() }
 
 // Lease returns the worker's lease manager.
 func (w *Worker) Lease() *lease.Manager { return w.lease }
