@@ -127,6 +127,7 @@ type Sim struct {
 	admit                   ingest.Window // window mode: admitted units in the last 1 s
 	win1s                   ingest.Window // stats: max units in any 1 s
 	win200                  ingest.Window // stats: max units in any 200 ms
+	win200Steady            ingest.Window // stats: the same, from a second after the first charge
 	stats                   sinkwire.Stats
 	series                  []int64
 	ranges                  *ranges // nil without PartitionLimit
@@ -212,6 +213,7 @@ func (s *Sim) Reset() {
 	s.stored = make(map[IDHash]struct{})
 	s.tokens, s.filled = s.cfg.Capacity*int64(time.Second), 0
 	s.admit, s.win1s, s.win200 = ingest.NewWindow(time.Second), ingest.NewWindow(time.Second), ingest.NewWindow(200*time.Millisecond)
+	s.win200Steady = ingest.NewWindow(200 * time.Millisecond)
 	s.stats = sinkwire.Stats{Mode: s.cfg.Mode, Unit: s.cfg.Unit}
 	s.stats.CapacityPerSec = s.cfg.Capacity
 	s.series = nil
@@ -234,6 +236,7 @@ func (s *Sim) Snapshot(series bool) sinkwire.Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.MaxUnits1s, st.MaxUnits200ms = s.win1s.Max(), s.win200.Max()
+	st.MaxUnits200msSteady = s.win200Steady.Max()
 	if s.charged {
 		st.FirstChargeAt, st.LastChargeAt = s.epoch.Add(s.firstCharge), s.epoch.Add(s.lastCharge)
 	}
@@ -484,6 +487,9 @@ func (s *Sim) admitBatch(recs []incoming) (results []sinkwire.Result, wait time.
 		}
 		s.win1s.Add(at, charged)
 		s.win200.Add(at, charged)
+		if at >= s.firstCharge+time.Second {
+			s.win200Steady.Add(at, charged)
+		}
 		if i := int(at / seriesStep); i < maxSeries {
 			for len(s.series) <= i {
 				s.series = append(s.series, 0)

@@ -82,6 +82,11 @@ type Stats struct {
 	// duplicates (a real service charges both). The window maxima count
 	// these units.
 	UnitsCharged int64 `json:"units_charged"`
+	// MaxUnits200msSteady is the most units charged in any sliding 200 ms
+	// window that starts a second or more after the first charge: how
+	// evenly a load flows once its first slices (which go out at once) are
+	// over.
+	MaxUnits200msSteady int64 `json:"max_units_200ms_steady"`
 	// ThrottledRequests counts requests with at least one record answered
 	// 429 (the "throttles" measure is ThrottledRequests ÷ Requests).
 	ThrottledRequests int64 `json:"throttled_requests"`
