@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -48,6 +49,34 @@ func TestKilledWorkerLosesNothing(t *testing.T) {
 	st := e.awaitAccepted(usgsRecords, 2*time.Minute)
 	e.report(st)
 	require.EqualValues(t, usgsRecords, st.Accepted, "0 records lost")
+}
+
+// A worker killed while the group rebalances (a fourth one joining): the
+// rebalance waits for the killed member until its session times out, and
+// every consumer of the group stops meanwhile. The pool's longest pause at
+// the sink is the session timeout (6 s, the broker's floor) and the join,
+// nothing more; nothing is lost.
+func TestKillDuringRebalanceStallsForTheSessionOnly(t *testing.T) {
+	e := newEnv(t, 1000, 10, 5*time.Second)
+	ws := threeWorkersLoading(t, e)
+	e.worker("w4") // the group rebalances to take it in
+	require.NoError(t, ws[2].cmd.Process.Kill())
+
+	st := e.awaitAccepted(usgsRecords, 2*time.Minute)
+	e.report(st)
+	require.EqualValues(t, usgsRecords, st.Accepted, "0 records lost")
+	var gap, longest int // 200 ms buckets with nothing accepted, between the first and last accept
+	for _, u := range st.UnitsPer200ms[slices.IndexFunc(st.UnitsPer200ms, func(u int64) bool { return u > 0 }):] {
+		if u == 0 {
+			gap++
+			longest = max(longest, gap)
+		} else {
+			gap = 0
+		}
+	}
+	stall := time.Duration(longest) * 200 * time.Millisecond
+	t.Logf("the pool stood still for %v at most (session timeout 6 s)", stall)
+	require.Less(t, stall, 8*time.Second, "the group stalled longer than the session timeout and a join")
 }
 
 // Case 3: SIGTERM of a worker mid-batch: it exits 0 within the grace period,

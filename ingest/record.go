@@ -234,10 +234,15 @@ func kindName(k jsontext.Kind) string {
 	return "value"
 }
 
-// ContentID is the content-hash ID of a record without an explicit ID field.
+// ContentID is the content-hash ID of a record without an explicit ID
+// field: "sha256:" and the hex SHA-256 of its value (one allocation).
 func ContentID(value []byte) string {
+	const prefix = "sha256:"
 	sum := sha256.Sum256(value)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	var buf [len(prefix) + 2*sha256.Size]byte
+	copy(buf[:], prefix)
+	hex.Encode(buf[len(prefix):], sum[:])
+	return string(buf[:])
 }
 
 // IsJSONObject reports whether b is one valid JSON object (JSON white space

@@ -65,48 +65,57 @@ func (d *nopDLQ) DeadLetter(_ context.Context, letters ...ingest.DeadLetter) err
 // (pricing, ID, validation, batching, pacing, commit hand-off) without
 // Kafka or the network. Allocations per op are per record.
 func BenchmarkPipeline(b *testing.B) {
-	for _, tc := range []struct {
-		name    string
-		idField string
-		http    bool
-	}{
-		{"id-field", "id", false},
-		{"content-hash", "", false},
-		{"id-field-http", "id", true},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			var out ingest.Sink = discardSink{}
-			if tc.http {
-				sim, err := sinksim.New(sinksim.Config{Capacity: sinksim.MaxCapacity})
-				require.NoError(b, err)
-				srv := httptest.NewServer(sim.Handler())
-				defer srv.Close()
-				hs, err := sink.NewHTTP(sink.HTTPConfig{URL: srv.URL})
-				require.NoError(b, err)
-				defer hs.Close()
-				out = hs
-			}
-			values := ingesttest.USGSRecords(b, b.N, 1024)
-			src := &sliceSource{values: values, finished: make(chan struct{})}
-			capa := &fixedRate{rate: 1e9}
-			pacer, err := pacing.New(pacing.Config{}, capa)
-			require.NoError(b, err)
-			dlq := &nopDLQ{}
-			p, err := pipeline.New(pipeline.Config{IDField: tc.idField}, pipeline.Ports{
-				Source: src, DeadLetters: dlq, Sink: out, Retry: sink.Policy{}, Pacer: pacer, Capacity: capa,
-			})
-			require.NoError(b, err)
-			ctx, cancel := context.WithCancel(b.Context())
-			done := make(chan error, 1)
-			b.ReportAllocs()
-			b.ResetTimer()
-			go func() { done <- p.Run(ctx) }()
-			<-src.finished
-			b.StopTimer()
-			cancel()
-			require.NoError(b, <-done)
-			require.Zero(b, dlq.n, "dead letters")
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
-		})
+	for _, name := range []string{"id-field", "content-hash", "id-field-http"} {
+		b.Run(name, func(b *testing.B) { benchmarkPipeline(b, name) })
+	}
+}
+
+// benchmarkPipeline runs one case of BenchmarkPipeline: "id-field" and
+// "content-hash" into a sink that discards, "id-field-http" into the
+// emulator over HTTP.
+func benchmarkPipeline(b *testing.B, name string) {
+	run := newBenchPipeline(b, name, ingesttest.USGSRecords(b, b.N, 1024))
+	b.ReportAllocs()
+	b.ResetTimer()
+	run()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// newBenchPipeline builds the pipeline of a BenchmarkPipeline case over
+// values and returns run, which drains them all and stops it.
+func newBenchPipeline(tb testing.TB, name string, values [][]byte) (run func()) {
+	idField := "id"
+	if name == "content-hash" {
+		idField = ""
+	}
+	var out ingest.Sink = discardSink{}
+	if name == "id-field-http" {
+		sim, err := sinksim.New(sinksim.Config{Capacity: sinksim.MaxCapacity})
+		require.NoError(tb, err)
+		srv := httptest.NewServer(sim.Handler())
+		tb.Cleanup(srv.Close)
+		hs, err := sink.NewHTTP(sink.HTTPConfig{URL: srv.URL})
+		require.NoError(tb, err)
+		tb.Cleanup(func() { _ = hs.Close() })
+		out = hs
+	}
+	src := &sliceSource{values: values, finished: make(chan struct{})}
+	capa := &fixedRate{rate: 1e9}
+	pacer, err := pacing.New(pacing.Config{}, capa)
+	require.NoError(tb, err)
+	dlq := &nopDLQ{}
+	p, err := pipeline.New(pipeline.Config{IDField: idField}, pipeline.Ports{
+		Source: src, DeadLetters: dlq, Sink: out, Retry: sink.Policy{}, Pacer: pacer, Capacity: capa,
+	})
+	require.NoError(tb, err)
+	return func() {
+		ctx, cancel := context.WithCancel(tb.Context())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		<-src.finished
+		cancel()
+		require.NoError(tb, <-done)
+		require.Zero(tb, dlq.n, "dead letters")
 	}
 }

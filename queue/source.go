@@ -74,9 +74,11 @@ type SourceConfig struct {
 	// of Fetch (the prefetch bound on memory). Default 100.
 	QueueCapacity int
 	// SessionTimeout is how long the group waits for a silent member
-	// before giving its partitions to others (a crashed worker's records
-	// are reclaimed after this). Default 10 s; the broker's
-	// group.min.session.timeout.ms (Kafka default 6 s) is the floor.
+	// before giving its partitions to others: a crashed worker's records
+	// are reclaimed after this, and a rebalance that starts while a killed
+	// member is still in the group stops every consumer until then.
+	// Default 6 s, the floor the broker allows by default
+	// (group.min.session.timeout.ms).
 	SessionTimeout time.Duration
 	// HeartbeatInterval is how often the member heartbeats, which is also
 	// how soon it notices a rebalance. Default 1 s.
@@ -127,7 +129,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	cfg.MaxWait = cmp.Or(cfg.MaxWait, 250*time.Millisecond)
 	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, 10<<20)
 	cfg.QueueCapacity = cmp.Or(cfg.QueueCapacity, 100)
-	cfg.SessionTimeout = cmp.Or(cfg.SessionTimeout, 10*time.Second)
+	cfg.SessionTimeout = cmp.Or(cfg.SessionTimeout, 6*time.Second)
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	switch {
