@@ -487,10 +487,10 @@ func TestOpenSearchConfigAndURL(t *testing.T) {
 		require.ErrorIs(t, CheckURL(bad), ErrSinkURL, bad)
 	}
 	for raw, want := range map[string]OpenSearchConfig{
-		"opensearch://127.0.0.1:9200/quakes":                                     {URL: "http://127.0.0.1:9200", Index: "quakes"},
+		"opensearch://127.0.0.1:9200/quakes":                                      {URL: "http://127.0.0.1:9200", Index: "quakes"},
 		"opensearchs://search.example.com/logs-2025?action=index&max_bytes=10MiB": {URL: "https://search.example.com:9200", Index: "logs-2025", Action: OpenSearchIndex, MaxBytes: 10 << 20},
 		"elasticsearch://10.0.0.1:9201/quakes?max_records=500&max_bytes=65536":    {URL: "http://10.0.0.1:9201", Index: "quakes", MaxRecords: 500, MaxBytes: 65536},
-		"elasticsearchs://es.example.com:443/quakes?max_bytes=512KiB":            {URL: "https://es.example.com:443", Index: "quakes", MaxBytes: 512 << 10},
+		"elasticsearchs://es.example.com:443/quakes?max_bytes=512KiB":             {URL: "https://es.example.com:443", Index: "quakes", MaxBytes: 512 << 10},
 	} {
 		require.NoError(t, CheckURL(raw), raw)
 		u, err := url.Parse(raw)
