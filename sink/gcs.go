@@ -233,7 +233,10 @@ func gcsClient(ctx context.Context, endpoint string) (*http.Transport, *storage.
 	}
 	opts := []option.ClientOption{option.WithHTTPClient(&http.Client{Transport: rt}), storage.WithDisabledClientMetrics()}
 	if endpoint != "" {
-		opts = append(opts, option.WithEndpoint(strings.TrimRight(endpoint, "/")+"/storage/v1/"))
+		// Without credentials, so that the client does not look for
+		// Application Default Credentials (which would ask the metadata
+		// server when there are none).
+		opts = append(opts, option.WithEndpoint(strings.TrimRight(endpoint, "/")+"/storage/v1/"), option.WithoutAuthentication())
 	}
 	client, err := storage.NewClient(ctx, opts...)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -56,6 +55,7 @@ func osRequest(t testing.TB, method, path, body string) (int, []byte) {
 	req, err := http.NewRequestWithContext(t.Context(), method, opensearchURL(t)+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	req.Close = true // no idle connection left behind
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -77,6 +77,7 @@ func createIndex(t testing.TB, index string, shards int, mappings string) {
 	t.Cleanup(func() {
 		// Best effort: the node's data goes with scripts/opensearch.sh stop.
 		req, _ := http.NewRequest(http.MethodDelete, opensearchURL(t)+"/"+index, nil)
+		req.Close = true
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 		}
@@ -234,7 +235,7 @@ func newBulkCounter(t *testing.T) *bulkCounter {
 	u, err := url.Parse(opensearchURL(t))
 	require.NoError(t, err)
 	bc := &bulkCounter{}
-	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy := reverseProxy(t, u)
 	bc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if strings.HasSuffix(r.URL.Path, "/_bulk") {
@@ -386,7 +387,7 @@ func TestOpenSearchWholeRequestAnswers(t *testing.T) {
 func TestOpenSearchTLSAndCredentials(t *testing.T) {
 	target, err := url.Parse(opensearchURL(t))
 	require.NoError(t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy := reverseProxy(t, target)
 	var mu sync.Mutex
 	want := ""
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
