@@ -97,7 +97,7 @@ func gcsObject(t testing.TB, endpoint, bucket, name string) []byte {
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
 	require.NoError(t, err)
 	req.Header.Set("Accept-Encoding", "gzip") // as stored: no decompressive transcoding
-	req.Close = true                           // no idle connection left behind
+	req.Close = true                          // no idle connection left behind
 	resp, err := (&http.Client{Transport: &http.Transport{DisableCompression: true}}).Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -323,7 +323,7 @@ func TestGCSThrottlingAndFailures(t *testing.T) {
 		if bytes.Contains(body, []byte("quakes/f.json")) && slowed.CompareAndSwap(false, true) {
 			rec := httptest.NewRecorder()
 			p.srv.Config.Handler.ServeHTTP(rec, r) // stored now
-			<-release                             // answered too late
+			<-release                              // answered too late
 			return
 		}
 		p.srv.Config.Handler.ServeHTTP(w, r)
