@@ -39,7 +39,7 @@ func gcsUnits(r *http.Request, _ []byte) int64 {
 // uploads answer 412 to ifGenerationMatch=0).
 func TestBulkLoadIntoGCSTwice(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 300, 6, 5*time.Second)
+	e := newEnv(t, 200, 4, 5*time.Second)
 	m := newMeter(t, gcsEndpoint, gcsUnits)
 	bucket := fmt.Sprintf("e2e-quakes-%d", rand.IntN(1_000_000))
 	sinkURL := "gs://" + bucket + "/quakes?create_bucket=true&endpoint=" + url.QueryEscape(m.srv.URL)

@@ -5,7 +5,7 @@
 #   scripts/gcs.sh start    build fake-gcs-server if missing, start it, wait
 #                           until it answers; the last line printed is its
 #                           endpoint, http://127.0.0.1:<port>
-#   scripts/gcs.sh stop     SIGTERM, then SIGKILL after 10 s
+#   scripts/gcs.sh stop     SIGTERM, then SIGKILL after 10 s; removes the data
 #   scripts/gcs.sh build    only build (CI can build ahead of the tests)
 #   scripts/gcs.sh status   print "running ..." (exit 0) or "stopped" (exit 3)
 #
@@ -13,10 +13,14 @@
 # module at the pinned version with the Go toolchain on PATH (go install
 # through the Go module proxy; no prebuilt download, no Docker) into
 # $SLUICE_CACHE/gcs/fake-gcs-server-<version>, once per cache. It serves
-# Cloud Storage's JSON API over plain HTTP on 127.0.0.1 only, keeps its
-# buckets in memory (a fresh, empty store per start), and takes any
-# credentials or none: clients point the storage client at the endpoint
-# (sluice: gs://bucket/prefix?endpoint=<the printed endpoint>).
+# Cloud Storage's JSON API over plain HTTP on 127.0.0.1 only, and takes
+# any credentials or none: clients point the storage client at the
+# endpoint (sluice: gs://bucket/prefix?endpoint=<the printed endpoint>).
+# It keeps its buckets in a fresh data folder per start (removed by
+# stop), with the filesystem backend: the memory backend finds an object
+# by scanning its bucket's list, so its uploads slow down as a bucket
+# fills (measured: about 330 uploads/s at 2,000 objects, 32 at 10,000),
+# where the filesystem backend keeps 120-300/s.
 #
 # Environment:
 #   SLUICE_GCS_PORT      port                        (14443)
@@ -27,6 +31,7 @@
 # Layout under $SLUICE_CACHE/gcs:
 #   fake-gcs-server-<version>   the built server
 #   build.log                   the last build's output
+#   data-<port>/                the data folder (removed by stop)
 #   gcs-<port>.pid, gcs-<port>.log
 #
 # Tests use it with: SLUICE_TEST_GCS_URL=<the printed endpoint> go test ./sink/
@@ -44,6 +49,7 @@ CACHE="${SLUICE_CACHE:-.cache}"
 [[ "$CACHE" = /* ]] || CACHE="$ROOT/$CACHE"
 DIR="$CACHE/gcs"
 BIN="$DIR/fake-gcs-server-$VERSION"
+DATA="$DIR/data-$PORT"
 PIDFILE="$DIR/gcs-$PORT.pid"
 LOGFILE="$DIR/gcs-$PORT.log"
 URL="http://$HOST:$PORT"
@@ -87,10 +93,11 @@ do_start() {
   already_running && return 0
   require_free_port "$PORT" SLUICE_GCS_PORT
   build
-  rm -f "$PIDFILE"
+  rm -rf "$DATA" "$PIDFILE"
+  mkdir -p "$DATA"
   local detach=env
   command -v setsid >/dev/null 2>&1 && detach=setsid
-  "$detach" "$BIN" -scheme http -host "$HOST" -port "$PORT" -backend memory \
+  "$detach" "$BIN" -scheme http -host "$HOST" -port "$PORT" -backend filesystem -filesystem-root "$DATA" \
     -external-url "$URL" -public-host "$HOST:$PORT" -log-level warn \
     >"$LOGFILE" 2>&1 </dev/null 9>&- &
   echo $! >"$PIDFILE"
@@ -103,7 +110,7 @@ start() {
   echo "$URL"
 }
 
-stop() { stop_service "$PIDFILE"; }
+stop() { stop_service "$PIDFILE" "$DATA"; }
 
 status() { service_status; }
 
