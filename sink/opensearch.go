@@ -322,12 +322,12 @@ func (s *OpenSearchSink) Write(ctx context.Context, batch []ingest.Record) ([]in
 			out[i] = ingest.Result{Outcome: ingest.Permanent, Reason: "opensearch: value is not a JSON object"}
 			continue
 		}
-		if len(cur.recs) > 0 && (len(cur.recs) == s.maxRecords || cur.body.Len()+len(doc) > s.maxBytes) {
+		if len(cur.recs) > 0 && (len(cur.recs) == s.maxRecords || len(cur.body)+len(doc) > s.maxBytes) {
 			chunks = append(chunks, cur)
 			cur = bulkChunk{}
 		}
 		cur.recs = append(cur.recs, i)
-		cur.body.Write(doc)
+		cur.body = append(cur.body, doc...)
 		sent = append(sent, i)
 	}
 	if len(cur.recs) > 0 {
@@ -358,7 +358,7 @@ func (s *OpenSearchSink) Write(ctx context.Context, batch []ingest.Record) ([]in
 // records and its NDJSON body.
 type bulkChunk struct {
 	recs []int
-	body bytes.Buffer
+	body []byte
 }
 
 // encode renders a record as its two _bulk lines: the action with the
@@ -427,7 +427,7 @@ func (e *bulkError) String() string {
 // mu); it returns the failures: the whole request's, or its items' that
 // are about the index or the cluster.
 func (s *OpenSearchSink) send(ctx context.Context, batch []ingest.Record, c *bulkChunk, out []ingest.Result, mu *sync.Mutex) []failure {
-	status, hdr, body, err := s.do(ctx, http.MethodPost, s.bulk, c.body.Bytes())
+	status, hdr, body, err := s.do(ctx, http.MethodPost, s.bulk, c.body)
 	if err != nil {
 		for _, i := range c.recs {
 			s.pending.add(s.pendingKey(batch[i].ID))
@@ -449,10 +449,10 @@ func (s *OpenSearchSink) send(ctx context.Context, batch []ingest.Record, c *bul
 		return nil
 	case status == http.StatusRequestEntityTooLarge && len(c.recs) == 1:
 		set(ingest.Result{Outcome: ingest.Permanent,
-			Reason: fmt.Sprintf("opensearch: HTTP 413: a document of %d bytes is over the node's http.max_content_length", c.body.Len())})
+			Reason: fmt.Sprintf("opensearch: HTTP 413: a document of %d bytes is over the node's http.max_content_length", len(c.body))})
 		return nil
 	case status == http.StatusRequestEntityTooLarge:
-		return []failure{{recs: c.recs, err: fmt.Errorf("HTTP 413: a _bulk request of %d bytes is over the node's http.max_content_length; lower max_bytes", c.body.Len())}}
+		return []failure{{recs: c.recs, err: fmt.Errorf("HTTP 413: a _bulk request of %d bytes is over the node's http.max_content_length; lower max_bytes", len(c.body))}}
 	default:
 		return []failure{{recs: c.recs, err: errors.New(answerError(status, body))}}
 	}
