@@ -47,8 +47,8 @@
 // and its record is a Duplicate, never overwritten. 429 and 503 are
 // throttling, 408 and other 5xx retried; a name over 1,024 bytes is
 // dead-lettered before any request. The client's retries are off, and
-// its transport (noReplay) cannot re-send a request on its own, so every
-// attempt is one the worker paced and charged. Cloud Storage's
+// its transport cannot re-send a request on its own, so every attempt is
+// one the worker paced and charged. Cloud Storage's
 // request-rate guidance ("Request rate and access distribution
 // guidelines") is the seed of two of sluice's defaults: spread names
 // with --sink-key-strategy hash-prefix:N, and ramp a new bucket or

@@ -13,6 +13,7 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -214,8 +215,8 @@ func NewGCS(ctx context.Context, cfg GCSConfig) (*GCSSink, error) {
 // gcsClient makes the storage client: its own pooled transport (up to 256
 // idle connections), wrapped so that no request is sent again by the
 // transport, under Application Default Credentials' OAuth 2 tokens (none
-// for an emulator endpoint); the client's retries off, its metrics
-// export off.
+// for an emulator: an endpoint, or STORAGE_EMULATOR_HOST as the client
+// reads it); the client's retries off, its metrics export off.
 func gcsClient(ctx context.Context, endpoint string) (*http.Transport, *storage.Client, error) {
 	transport, err := newTransport("", false)
 	if err != nil {
@@ -223,7 +224,8 @@ func gcsClient(ctx context.Context, endpoint string) (*http.Transport, *storage.
 	}
 	transport.MaxIdleConns, transport.MaxIdleConnsPerHost = 256, 256
 	auth := []option.ClientOption{option.WithScopes(storage.ScopeReadWrite)}
-	if endpoint != "" {
+	emulator := endpoint != "" || os.Getenv("STORAGE_EMULATOR_HOST") != ""
+	if emulator {
 		auth = []option.ClientOption{option.WithoutAuthentication()}
 	}
 	rt, err := htransport.NewTransport(ctx, noReplay{transport}, auth...)

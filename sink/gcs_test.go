@@ -472,9 +472,9 @@ func TestNewGCSRejectsBadConfig(t *testing.T) {
 	require.ErrorContains(t, err, "missing-bucket", "a missing bucket without create_bucket")
 }
 
-// Without an endpoint the client authenticates with Application Default
-// Credentials: a credentials file that cannot be read is a config error
-// (no request is sent).
+// Without an emulator (an endpoint or STORAGE_EMULATOR_HOST) the client
+// authenticates with Application Default Credentials: a credentials file
+// that cannot be read is a config error (no request is sent).
 func TestGCSApplicationDefaultCredentials(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "missing.json")
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", bad)
@@ -482,6 +482,16 @@ func TestGCSApplicationDefaultCredentials(t *testing.T) {
 	_, err := NewGCS(t.Context(), GCSConfig{Bucket: "quakes"})
 	require.ErrorIs(t, err, ErrGCSConfig)
 	require.ErrorContains(t, err, "Application Default Credentials")
+
+	// STORAGE_EMULATOR_HOST, as the client reads it: no credentials needed.
+	t.Setenv("STORAGE_EMULATOR_HOST", gcsEndpoint(t))
+	s, err := NewGCS(t.Context(), GCSConfig{Bucket: freshBucket(), CreateBucket: true, Project: "sluice-test", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	res, err := s.Write(t.Context(), []ingest.Record{{ID: "a", Value: []byte(`{"mag":1}`)}})
+	require.NoError(t, err)
+	require.Equal(t, []ingest.Outcome{ingest.Delivered}, outcomesOf(res))
+	require.NoError(t, s.Close())
+	t.Setenv("STORAGE_EMULATOR_HOST", "")
 
 	garbled := filepath.Join(t.TempDir(), "key.json")
 	require.NoError(t, os.WriteFile(garbled, []byte(`{"type":"service_account"`), 0o600))
