@@ -66,10 +66,14 @@ func osCount(t *testing.T, index string) int {
 // The USGS file into OpenSearch twice through _bulk create actions, the
 // index created on first use, documents as the pool's unit: 9,366
 // documents, each stored once (the second run's creates answer 409), and
-// no second over the pool's capacity in documents at the node's door.
+// no second over the pool's capacity in documents at the node's door. The
+// pool, 1,000 records/s, is within what the node's one write thread
+// takes even with the machine's two cores shared (at 2,000 the node
+// refused about 1 in 12 attempts of the first run at a load average of
+// 11; those records were retried, and stored once).
 func TestBulkLoadIntoOpenSearchTwice(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2000, 4, 5*time.Second)
+	e := newEnv(t, 1000, 4, 5*time.Second)
 	m := newMeter(t, opensearchURL, bulkDocs)
 	index := fmt.Sprintf("e2e-quakes-%d", rand.IntN(1_000_000))
 	sinkURL := "opensearch://" + strings.TrimPrefix(m.srv.URL, "http://") + "/" + index
