@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -148,8 +149,8 @@ type OpenSearchConfig struct {
 //     when no record of it was stored, else Retryable.
 //
 // Before any request: a value that is not a JSON object, and an ID over
-// 512 bytes (which would fail the whole request's validation), are
-// Permanent for their record.
+// 512 bytes (which would fail the whole request's validation) or not
+// valid UTF-8, are Permanent for their record.
 //
 // The request as a whole: 429, and 503 with Retry-After, are throttling
 // (an *ingest.SinkError with Throttled set, Retry-After honoured, when no
@@ -315,6 +316,10 @@ func (s *OpenSearchSink) Write(ctx context.Context, batch []ingest.Record) ([]in
 	for i, r := range batch {
 		if len(r.ID) > opensearchMaxID {
 			out[i] = ingest.Result{Outcome: ingest.Permanent, Reason: fmt.Sprintf("opensearch: _id of %d bytes: OpenSearch takes at most %d", len(r.ID), opensearchMaxID)}
+			continue
+		}
+		if !utf8.ValidString(r.ID) {
+			out[i] = ingest.Result{Outcome: ingest.Permanent, Reason: "opensearch: the record ID, the document's _id, is not valid UTF-8"}
 			continue
 		}
 		doc, ok := s.encode(r)

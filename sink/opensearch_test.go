@@ -193,9 +193,11 @@ func TestOpenSearchItems(t *testing.T) {
 		{ID: "d", Value: []byte(`[1,2]`)},
 		quake("a", 2), // the same ID again in the batch: the node's 409
 		{ID: `e"/é`, Value: []byte(`{"mag":3}`)},
+		{ID: "f\xff", Value: []byte(`{"mag":3}`)},
 	})
 	require.NoError(t, err)
-	require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Permanent, ingest.Permanent, ingest.Delivered, ingest.Permanent, ingest.Duplicate, ingest.Delivered}, outcomesOf(res))
+	require.Equal(t, []ingest.Outcome{ingest.Delivered, ingest.Permanent, ingest.Permanent, ingest.Delivered, ingest.Permanent, ingest.Duplicate, ingest.Delivered, ingest.Permanent}, outcomesOf(res))
+	require.Contains(t, res[7].Reason, "not valid UTF-8")
 	require.Contains(t, res[1].Reason, "HTTP 400 mapper_parsing_exception: failed to parse field [mag]")
 	require.Contains(t, res[1].Reason, "number_format_exception")
 	require.Contains(t, res[2].Reason, "513 bytes")
