@@ -1,5 +1,8 @@
 # sluice: a static binary on a distroless base, its entrypoint.
 #   docker build --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" -t sluice:0.1.0 .
+# Without Docker, scripts/image.sh builds an image of the same layout from
+# scratch layers and runs it under podman (e2e/image_test.go compares the
+# two and runs the demo in it with the root filesystem read-only).
 # Base images are pinned: the Go toolchain by its exact release, the
 # runtime by digest (distroless publishes no version tags; the tag beside
 # the digest only says which image it is).
@@ -25,5 +28,12 @@ LABEL org.opencontainers.image.title="sluice" \
       org.opencontainers.image.version="$VERSION" \
       org.opencontainers.image.revision="$REVISION"
 COPY --from=build /out/sluice /usr/local/bin/sluice
-USER nonroot:nonroot
+# The base's /tmp (empty, world-writable) is the one path sluice writes to
+# with a read-only root filesystem (a tmpfs or an emptyDir there), so it is
+# the working directory: bulk-load --embedded writes its dead-letter file
+# into the working directory.
+WORKDIR /tmp
+# distroless's nonroot user, by number: Kubernetes checks runAsNonRoot only
+# against a numeric user.
+USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/sluice"]

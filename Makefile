@@ -64,7 +64,7 @@ E2E_REDIS_URL = redis://$(or $(SLUICE_REDIS_USERNAME),sluice):$(or $(SLUICE_REDI
 
 .PHONY: e2e
 e2e: export SLUICE_KAFKA_SECURE = 1
-e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured listeners included), DynamoDB Local, MinIO, fake-gcs-server and OpenSearch (started here), separate sluice processes; the queue package and the security tests against them too (the REST sink's tests start their own json-server)
+e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured listeners included), DynamoDB Local, MinIO, fake-gcs-server and OpenSearch (started here), separate sluice processes, the release image built without Docker and run under podman; the queue package and the security tests against them too (the REST sink's tests start their own json-server)
 	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 	@command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null; } # the secured modes' test certificates
 	@mkdir -p $(CACHE)
@@ -82,6 +82,10 @@ e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured list
 		exit $$rc ) 2>&1 | tee $(CACHE)/e2e.log; \
 		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; scripts/dynamodb.sh stop; scripts/s3.sh stop; \
 		scripts/gcs.sh stop; scripts/opensearch.sh stop; exit $$rc
+
+.PHONY: image
+image: ## build the release image without Docker (scratch layers, .cache/image) and load it into podman, installed when missing; scripts/image.sh run|demo runs it with a read-only root
+	VERSION=$(VERSION) REVISION=$(REVISION) SLUICE_CACHE=$(CACHE) scripts/image.sh load
 
 .PHONY: bench
 bench: ## benchmark scenarios 1-10 beside the alternatives (embedded Kafka and Redis; scenarios 5 and 9 start a real Kafka with scripts/kafka.sh, 9 generating its 1 and 5 million rows in .cache/bench; scenario 10 a real redis-server with scripts/redis.sh; about 24 min); writes bench/results.json and bench/*.png

@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/recordtype"
@@ -137,14 +138,8 @@ type recordReason struct {
 	Reason string `json:"reason"`
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 func fail(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, apiError{Code: code, Message: msg})
+	httpserver.WriteJSON(w, status, apiError{Code: code, Message: msg})
 }
 
 func (h *Handler) allowed(r *http.Request, typ string) (ok, authed bool) {
@@ -243,7 +238,7 @@ func (h *Handler) serveRecords(w http.ResponseWriter, r *http.Request) {
 		ids = append(ids, id)
 	}
 	if len(bad) > 0 {
-		writeJSON(w, http.StatusBadRequest, apiError{Code: "invalid_records",
+		httpserver.WriteJSON(w, http.StatusBadRequest, apiError{Code: "invalid_records",
 			Message: fmt.Sprintf("%d of %d records invalid; nothing produced", len(bad), len(values)), Records: bad})
 		return
 	}
@@ -256,7 +251,7 @@ func (h *Handler) serveRecords(w http.ResponseWriter, r *http.Request) {
 	if h.m != nil {
 		h.m.accepted.WithLabelValues(typName).Add(float64(len(recs)))
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"accepted": len(recs), "ids": ids})
+	httpserver.WriteJSON(w, http.StatusAccepted, map[string]any{"accepted": len(recs), "ids": ids})
 }
 
 // recordID is the type's ID field when present, else Idempotency-Key#index,

@@ -19,7 +19,7 @@
 //     through the emulator, with allocations per record.
 //
 // sluice itself runs with its real components wired as cmd/sluice wires
-// them: queue.Source, lease.Manager, pacing.Pacer, ingest.Worker and
+// them: queue.Source, lease.Manager, pacing.Pacer, pipeline.Pipeline and
 // sink.HTTPSink, each worker with its own consumer, Redis client and lease
 // manager, as separate pods would have.
 //

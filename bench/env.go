@@ -15,8 +15,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
-	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sinksim"
 )
@@ -176,10 +176,8 @@ func startSim(ctx context.Context, cfg sinksim.Config) (*simServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start sink emulator: %w", err)
 	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() { done <- metrics.Serve(sctx, ln, sim.Handler(), 5*time.Second) }()
-	return &simServer{sim: sim, url: "http://" + ln.Addr().String(), stop: func() { cancel(); <-done }}, nil
+	stop := httpserver.Background(ctx, ln, sim.Handler(), httpserver.DefaultDrain)
+	return &simServer{sim: sim, url: "http://" + ln.Addr().String(), stop: func() { _ = stop() }}, nil
 }
 
 // errCut is what a cut Redis client answers (scenario 7).

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,13 +56,13 @@ type fleetResult struct {
 // It returns an error when a phase does not converge within cfg.Converge
 // or the sum ever exceeded the capacity.
 func runFleet(ctx context.Context, cfg fleetConfig) (fleetResult, error) {
-	cfg.Managers = cmpOr(cfg.Managers, 200)
-	cfg.Partitions = cmpOr(cfg.Partitions, 1000)
+	cfg.Managers = cmp.Or(cfg.Managers, 200)
+	cfg.Partitions = cmp.Or(cfg.Partitions, 1000)
 	if cfg.Capacity == 0 {
 		cfg.Capacity = 10_000
 	}
-	cfg.Steady = cmpOr(cfg.Steady, 10*time.Second)
-	cfg.Converge = cmpOr(cfg.Converge, 60*time.Second)
+	cfg.Steady = cmp.Or(cfg.Steady, 10*time.Second)
+	cfg.Converge = cmp.Or(cfg.Converge, 60*time.Second)
 	pool := lease.Pool{Name: cfg.Pool, Capacity: cfg.Capacity, Partitions: cfg.Partitions}
 	res := fleetResult{Managers: cfg.Managers, CommandsByPhase: map[string]int64{}}
 
@@ -269,12 +270,4 @@ func runFleet(ctx context.Context, cfg fleetConfig) (fleetResult, error) {
 		return res, errors.New("fleet: the managers' counted leases exceeded the pool at some instant")
 	}
 	return res, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }

@@ -81,18 +81,3 @@ func (d *DeadLetterFile) Close() error {
 	}
 	return errors.Join(d.w.Flush(), d.f.Close())
 }
-
-// Tee writes dead letters to every one of ds in turn; it fails when one
-// fails (the pipeline then writes them all again, so a letter may be in a
-// file twice, never in none).
-type Tee []ingest.DeadLetters
-
-// DeadLetter implements ingest.DeadLetters.
-func (t Tee) DeadLetter(ctx context.Context, letters ...ingest.DeadLetter) error {
-	for _, d := range t {
-		if err := d.DeadLetter(ctx, letters...); err != nil {
-			return err
-		}
-	}
-	return nil
-}

@@ -505,3 +505,29 @@ func (in *Input) Close() error {
 	in.i = len(in.names)
 	return err
 }
+
+// ErrTooLargeForEmbedded is returned by CheckEmbedded for an input over
+// its limit.
+var ErrTooLargeForEmbedded = errors.New("bulkload: input too large for the in-process broker")
+
+// CheckEmbedded checks the inputs against limitMiB, the most MiB
+// (uncompressed, as EstimatedBytes estimates) an in-process Kafka broker
+// should hold: it keeps every record in memory, about 10 times the CSV
+// size. It returns the estimate in MiB; an error wrapping
+// ErrTooLargeForEmbedded over the limit; and warn, for an input over a
+// quarter of the limit or of unknown size (standard input). limitMiB ≤ 0:
+// no limit.
+func (in *Input) CheckEmbedded(limitMiB int64) (estimateMiB float64, warn bool, err error) {
+	if limitMiB <= 0 {
+		return 0, false, nil
+	}
+	est, known := in.EstimatedBytes()
+	if !known {
+		return 0, true, nil
+	}
+	limit, mib := limitMiB<<20, float64(est)/(1<<20)
+	if est > limit {
+		return mib, false, fmt.Errorf("%w: about %.1f MiB (uncompressed estimate), over %d MiB", ErrTooLargeForEmbedded, mib, limitMiB)
+	}
+	return mib, est > limit/4, nil
+}

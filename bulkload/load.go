@@ -93,11 +93,9 @@ type Ports struct {
 	// Workers drain the topic (each a full worker stack in the group).
 	// None: worker pods of the group drain it, and progress comes from the
 	// group's committed offsets.
-	Workers []ingest.Runner
+	Workers []Worker
 	// Counters are the workers' shared totals.
 	Counters *ingest.Counters
-	// Rate is the workers' combined leased rate in units/s, for the ETA.
-	Rate func(now time.Time) float64
 	// Sink, when it keeps statistics, completes the summary.
 	Sink ingest.StatsSink
 	// Start, when not nil, is closed once the first records are
@@ -131,15 +129,30 @@ func New(cfg Config, p Ports) (*Load, error) {
 	cfg.SinkTimeout = cmp.Or(cfg.SinkTimeout, 5*time.Minute)
 	cfg.Unit = cmp.Or(cfg.Unit, ingest.UnitRecords)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	if p.Rate == nil {
-		p.Rate = func(time.Time) float64 { return 0 }
-	}
 	return &Load{cfg: cfg, p: p}, nil
+}
+
+// Worker is an in-process worker stack of the topic's consumer group
+// (*worker.Worker is one).
+type Worker interface {
+	// Run drains the topic until ctx is done.
+	ingest.Runner
+	// Rate is the worker's leased rate at now, in units/s (the ETA).
+	Rate(now time.Time) float64
+}
+
+// rate is the workers' combined leased rate at now, in units/s.
+func (l *Load) rate(now time.Time) float64 {
+	var sum float64
+	for _, w := range l.p.Workers {
+		sum += w.Rate(now)
+	}
+	return sum
 }
 
 // Run loads the input and returns the summary. It stops early, with the
 // summary of what was done, when ctx ends (its cause), when a worker gives
-// up (its *ingest.StalledError), when the dead letters exceed the limit
+// up (its *pipeline.StalledError), when the dead letters exceed the limit
 // (ErrTooManyDeadLetters), or, without workers, when none drains the topic
 // (ErrNoWorkers). Records produced but not delivered then are still in the
 // topic, and a rerun of the same load resumes.
@@ -307,7 +320,7 @@ func (l *Load) await(ctx context.Context, start map[int]int64, produceErr <-chan
 					ErrNoWorkers, l.cfg.Group, l.cfg.SinkTimeout, l.cfg.Topic)
 			}
 		}
-		prog.update(t, p, l.p.Rate(time.Now()))
+		prog.update(t, p, l.rate(time.Now()))
 		if target != nil && reached(committed, target) {
 			return nil
 		}

@@ -90,10 +90,16 @@ func (m *memTopic) GroupMembers(context.Context, string) (int, bool, error) {
 	return m.members, true, nil
 }
 
+// standIn is a worker stack that runs f and leases nothing.
+type standIn func(ctx context.Context) error
+
+func (f standIn) Run(ctx context.Context) error { return f(ctx) }
+func (standIn) Rate(time.Time) float64          { return 0 }
+
 // drain is a stand-in worker: it delivers what is produced and commits it,
 // counting into c, dead-lettering records whose ID starts with "bad".
-func (m *memTopic) drain(c *ingest.Counters, dlq *memDLQ) ingest.Runner {
-	return ingest.RunFunc(func(ctx context.Context) error {
+func (m *memTopic) drain(c *ingest.Counters, dlq *memDLQ) bulkload.Worker {
+	return standIn(func(ctx context.Context) error {
 		m.mu.Lock()
 		m.members++
 		m.mu.Unlock()
@@ -262,7 +268,7 @@ func TestLoadResumesFromItsProgress(t *testing.T) {
 	c := new(ingest.Counters)
 	_, err := newLoad(t, bulkload.Config{LoadID: id, Chunk: 100, MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
 		bulkload.Ports{File: open(t, path), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: c,
-			Workers: []ingest.Runner{topic.drain(c, dlq)}, Progress: progress}).Run(t.Context())
+			Workers: []bulkload.Worker{topic.drain(c, dlq)}, Progress: progress}).Run(t.Context())
 	require.ErrorContains(t, err, "broker down")
 	require.Len(t, topic.recs, 600)
 
@@ -273,7 +279,7 @@ func TestLoadResumesFromItsProgress(t *testing.T) {
 	c = new(ingest.Counters)
 	s, err := newLoad(t, bulkload.Config{LoadID: id, Chunk: 100, MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
 		bulkload.Ports{File: open(t, path), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: c,
-			Workers: []ingest.Runner{topic.drain(c, dlq)}, Progress: progress}).Run(t.Context())
+			Workers: []bulkload.Worker{topic.drain(c, dlq)}, Progress: progress}).Run(t.Context())
 	require.NoError(t, err)
 	require.EqualValues(t, 1000, s.RecordsTotal)
 	require.EqualValues(t, 600, s.RecordsSkipped)
@@ -283,7 +289,7 @@ func TestLoadResumesFromItsProgress(t *testing.T) {
 	// Another run of the same, finished load: nothing to produce.
 	s, err = newLoad(t, bulkload.Config{LoadID: id, MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
 		bulkload.Ports{File: open(t, path), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: new(ingest.Counters),
-			Workers: []ingest.Runner{topic.drain(new(ingest.Counters), dlq)}, Progress: progress}).Run(t.Context())
+			Workers: []bulkload.Worker{topic.drain(new(ingest.Counters), dlq)}, Progress: progress}).Run(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, s.RecordsProduced)
 	require.Len(t, topic.recs, 1000)
@@ -312,7 +318,7 @@ func TestLoadDrainsWhileProducing(t *testing.T) {
 	topic, dlq, c := &memTopic{gate: gate, members: 1}, &memDLQ{}, new(ingest.Counters)
 	start := make(chan struct{})
 	drain := topic.drain(c, dlq)
-	worker := ingest.RunFunc(func(ctx context.Context) error {
+	worker := standIn(func(ctx context.Context) error {
 		select { // as a worker does: no fetch before Start
 		case <-start:
 		case <-ctx.Done():
@@ -328,7 +334,7 @@ func TestLoadDrainsWhileProducing(t *testing.T) {
 	})
 	s, err := newLoad(t, bulkload.Config{Chunk: 100, MaxDeadLetters: bulkload.DefaultDeadLetterLimit},
 		bulkload.Ports{File: open(t, ndjsonFile(t, lines...)), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: c,
-			Workers: []ingest.Runner{worker}, Start: start}).Run(t.Context())
+			Workers: []bulkload.Worker{worker}, Start: start}).Run(t.Context())
 	require.NoError(t, err)
 	require.EqualValues(t, 1000, s.RecordsDelivered)
 	require.Less(t, s.DrainStartS, s.ProduceS, "draining began before producing ended")
@@ -347,7 +353,7 @@ func TestLoadStopsPastTheDeadLetterLimit(t *testing.T) {
 	topic, dlq, c := &memTopic{delay: 20 * time.Millisecond}, &memDLQ{}, new(ingest.Counters)
 	s, err := newLoad(t, bulkload.Config{Chunk: 100, MaxDeadLetters: bulkload.DeadLetterLimit{Count: 50}},
 		bulkload.Ports{File: open(t, ndjsonFile(t, lines...)), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: c,
-			Workers: []ingest.Runner{topic.drain(c, dlq)}}).Run(t.Context())
+			Workers: []bulkload.Worker{topic.drain(c, dlq)}}).Run(t.Context())
 	require.ErrorIs(t, err, bulkload.ErrTooManyDeadLetters)
 	require.Less(t, s.RecordsProduced, int64(3000), "it stopped producing")
 	require.Greater(t, s.RecordsDeadLettered, int64(50))

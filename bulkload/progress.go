@@ -2,11 +2,14 @@ package bulkload
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -143,4 +146,28 @@ func (r RedisProgress) Save(ctx context.Context, id string, rows int64) error {
 		return fmt.Errorf("bulkload: save the progress of load %s: %w", id, err)
 	}
 	return nil
+}
+
+// Identity names a load for resuming and its workers: loadID is LoadID of
+// topic and the inputs' content, workerPrefix its first 8 characters, so
+// that a rerun takes over its own workers' leases at once. Without resume
+// (resume false, or an input read from standard input, which a rerun
+// cannot read again: Digest's ErrNoIdentity, logged as a warning to log),
+// loadID is "" and workerPrefix random. Other errors are reading the
+// inputs.
+func Identity(in *Input, topic string, resume bool, log *slog.Logger) (loadID, workerPrefix string, err error) {
+	random := strings.ToLower(rand.Text()[:8])
+	if !resume {
+		return "", random, nil
+	}
+	digest, err := in.Digest()
+	if errors.Is(err, ErrNoIdentity) {
+		log.Warn("the input is read from standard input: a rerun of this load cannot resume, it produces every row again (the sink stores each ID once)")
+		return "", random, nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	id := LoadID(topic, digest)
+	return id, id[:8], nil
 }

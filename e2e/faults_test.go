@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"syscall"
@@ -91,20 +93,49 @@ func TestRedisOutageStopsWritesAndResumes(t *testing.T) {
 	redisCmd("start")
 	t.Cleanup(func() { redisCmd("stop") })
 
-	const ttl = 5 * time.Second
+	const ttl, readyAfter = 5 * time.Second, 3 * time.Second
 	e := newEnv(t, 1000, 10, ttl)
 	e.redis = "127.0.0.1:" + port
-	e.worker("w1")
+	metricsAddr := freeAddr(t)
+	e.worker("w1", "--metrics-addr", metricsAddr, "--ready-after", readyAfter.String())
 	e.worker("w2")
 	e.awaitGroup(2)
+	var lastReadyz string // the latest answer's body
+	readyz := func() int {
+		resp, err := http.Get("http://" + metricsAddr + "/readyz")
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		lastReadyz = string(body)
+		return resp.StatusCode
+	}
+	// awaitReadyz polls /readyz of the running worker process until it
+	// answers want, and returns how long that took.
+	awaitReadyz := func(want int, within time.Duration) time.Duration {
+		t.Helper()
+		began := time.Now()
+		require.Eventually(t, func() bool { return readyz() == want }, within, 50*time.Millisecond, "/readyz %d", want)
+		return time.Since(began)
+	}
+	awaitReadyz(http.StatusOK, 10*time.Second)
 	e.produce(0)
 	e.awaitAccepted(2000, 30*time.Second)
 
 	stopped := time.Now()
 	redisCmd("stop")
+	// /readyz of the running worker turns not ready once Redis has been
+	// unreachable for --ready-after (its announcements notice within a
+	// keep-alive, under 2 s).
+	awaitReadyz(http.StatusServiceUnavailable, readyAfter+5*time.Second)
+	notReady := time.Since(stopped)
+	t.Logf("/readyz not ready %v after Redis stopped (--ready-after %v): %s", notReady.Round(time.Millisecond), readyAfter, lastReadyz)
+	require.Contains(t, lastReadyz, "Redis unreachable")
+	require.GreaterOrEqual(t, notReady, readyAfter, "ready while the outage was shorter than --ready-after")
 	// Leases were last renewed before the stop, so none is valid past
 	// stopped + TTL; a worker must stop writing before that.
-	time.Sleep(ttl + 2*time.Second)
+	time.Sleep(time.Until(stopped.Add(ttl + 2*time.Second)))
 	during := e.stats()
 	lastWrite := during.LastChargeAt.Sub(stopped)
 	t.Logf("Redis stopped; last write accepted %v later (lease TTL %v); %d of %d stored so far",
@@ -114,6 +145,8 @@ func TestRedisOutageStopsWritesAndResumes(t *testing.T) {
 
 	redisCmd("start")
 	resumed := time.Now()
+	back := awaitReadyz(http.StatusOK, 15*time.Second)
+	t.Logf("/readyz ready again %v after Redis came back", back.Round(time.Millisecond))
 	st := e.awaitAccepted(usgsRecords, 2*time.Minute)
 	t.Logf("Redis back: the rest was stored within %v", time.Since(resumed).Round(time.Millisecond))
 	e.report(st)

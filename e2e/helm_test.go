@@ -10,15 +10,19 @@ package e2e
 // tag: it runs with `go test ./...`.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,12 +30,15 @@ import (
 	"time"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+	helmvalues "helm.sh/helm/v3/pkg/cli/values"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/releaseutil"
@@ -41,13 +48,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/syntax"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/recordtype"
+	"github.com/sluicehq/sluice/sink"
 )
 
 const (
@@ -73,11 +84,11 @@ topic: {name: earthquakes}
 const helmEverything = `
 image: {repository: registry.example/sluice, tag: "1.2.3"}
 kafka:
-  brokers: "kafka-0.kafka:9093,kafka-1.kafka:9093"
+  brokers: ["kafka-0.kafka:9093", "kafka-1.kafka:9093"]
   tls: {enabled: true, secretName: kafka-tls, caKey: ca.crt, certKey: tls.crt, keyKey: tls.key, serverName: kafka.internal}
   sasl: {mechanism: SCRAM-SHA-512, username: sluice-quakes}
 redis:
-  addr: "rediss://redis-a:6380,rediss://redis-b:6380,rediss://redis-c:6380/0"
+  addr: ["rediss://redis-a:6380", "rediss://redis-b:6380", "rediss://redis-c:6380/0"]
   username: sluice
   tls: {secretName: redis-tls, mountPath: /etc/sluice/redis-certs, caKey: ca.pem, certKey: client.pem, keyKey: client-key.pem, serverName: redis.internal}
 sink: {url: "https://ingest.example.com/v1"}
@@ -119,7 +130,7 @@ redis:
   addr: ""
   username: sluice
   tls: {enabled: true, secretName: redis-tls, caKey: ca.crt}
-  sentinel: {master: mymaster, addrs: "sentinel-0:26379,sentinel-1:26379", username: sentinel-user}
+  sentinel: {master: mymaster, addrs: ["sentinel-0:26379", "sentinel-1:26379"], username: sentinel-user}
 keda: {enabled: true, minReplicaCount: 1, maxReplicaCount: 4}
 secrets:
   create:
@@ -186,6 +197,13 @@ func TestHelmChart(t *testing.T) {
 			{"redis: {addr: 'redis://cache:6379', tls: {enabled: true}}", "redis.tls with a redis:// address: use rediss://"},
 			{"redis: {addr: '', sentinel: {master: m}}", "redis.sentinel.addrs is required with redis.sentinel.master"},
 			{"redis: {sentinel: {master: m, addrs: 's:26379'}}", "redis.addr and redis.sentinel.master: give one"},
+			{"redis: {addr: ['rediss://a:6380', 'redis://b:6379'], tls: {enabled: true}}", "redis.tls with a redis:// address: use rediss://"},
+			{"kafka: {brokers: []}", "kafka.brokers is required"},
+			{"worker: {extraVolumes: [{name: tmp, emptyDir: {}}]}", `worker.extraVolumes: the name "tmp" is the chart's own volume`},
+			{"api: {extraVolumes: [{emptyDir: {}}]}", "api.extraVolumes: each volume needs a name"},
+			{"worker: {env: [{value: x}]}", "worker.env: each entry of a list is an EnvVar with a name"},
+			{"worker: {env: 'SLUICE_BATCH_SIZE=5'}", "worker.env: a map of name to value, or a list of EnvVar objects"},
+			{"pdb: {unhealthyPodEvictionPolicy: Always}", `pdb.unhealthyPodEvictionPolicy "Always": want IfHealthyBudget or AlwaysAllow`},
 		} {
 			_, err := renderChart(t, chrt, values(t, helmRequired, c.values))
 			require.ErrorContains(t, err, c.err, "values %s", c.values)
@@ -201,8 +219,8 @@ func TestHelmChart(t *testing.T) {
 		vals := values(t, helmRequired)
 		requireLintClean(t, chartDir, vals)
 		r := mustRender(t, chrt, vals)
-		require.ElementsMatch(t, []string{"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker"}, r.names(),
-			"by default: the workers and their PDB, nothing else")
+		require.ElementsMatch(t, []string{"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker", "ServiceAccount/quakes-sluice"}, r.names(),
+			"by default: the workers, their PDB and their account, nothing else")
 
 		w := checkWorker(t, sluice, r, nil)
 		require.Equal(t, int32(2), *w.deploy.Spec.Replicas)
@@ -225,7 +243,7 @@ func TestHelmChart(t *testing.T) {
 		require.ElementsMatch(t, []string{
 			"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker", "ScaledObject/quakes-sluice-worker",
 			"TriggerAuthentication/quakes-sluice-kafka", "Deployment/quakes-sluice-api", "Service/quakes-sluice-api",
-			"ConfigMap/quakes-sluice-types", "Secret/quakes-sluice-credentials",
+			"ConfigMap/quakes-sluice-types", "Secret/quakes-sluice-credentials", "ServiceAccount/quakes-sluice",
 		}, r.names())
 
 		secret := decodeOne[corev1.Secret](t, r, "Secret")
@@ -280,7 +298,7 @@ func TestHelmChart(t *testing.T) {
 		r := mustRender(t, chrt, vals)
 		require.ElementsMatch(t, []string{
 			"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker", "ScaledObject/quakes-sluice-worker",
-			"TriggerAuthentication/quakes-sluice-kafka", "Secret/quakes-sluice-credentials",
+			"TriggerAuthentication/quakes-sluice-kafka", "Secret/quakes-sluice-credentials", "ServiceAccount/quakes-sluice",
 		}, r.names())
 		secret := decodeOne[corev1.Secret](t, r, "Secret")
 		w := checkWorker(t, sluice, r, secret)
@@ -369,7 +387,267 @@ func TestHelmChart(t *testing.T) {
 			"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
 		}, secretRefs(t, a.container, "sluice-credentials", true))
 	})
+
+	t.Run("every combination of the platform options", func(t *testing.T) {
+		// Each option on and off, KEDA served or not, in every combination;
+		// the forms of each option take turns (an account of the chart's or
+		// an existing one, worker.env as a list or a map, no KEDA API or
+		// an old cluster), so that every form meets every other option.
+		type form struct{ name, values string }
+		accounts := [2][]form{
+			{{"the default account", "serviceAccount: {create: false}"}, {"an existing account", "serviceAccount: {create: false, name: workload-identity}"}},
+			{{"own account with an identity", "serviceAccount: {create: true, annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::111122223333:role/sluice-quakes'}}"},
+				{"own account, named", "serviceAccount: {create: true, name: quakes-writer}"}},
+		}
+		extras := [2][]form{
+			{{"no extras", ""}},
+			{{"env list, envFrom, volumes, API", helmExtras}, {"env map with valueFrom, API", helmEnvMap}},
+		}
+		podMonitor := [2][]form{{{"", ""}}, {{"PodMonitor", "podMonitor: {enabled: true, labels: {release: kube-prometheus-stack}, interval: 30s, scrapeTimeout: 10s}"}}}
+		rule := [2][]form{{{"", ""}}, {{"PrometheusRule", "prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}}"}}}
+		const kedaOn = "keda: {enabled: true, minReplicaCount: 1, maxReplicaCount: 3}"
+		kedas := []struct {
+			name, values string
+			on           []cluster
+		}{
+			{"no KEDA", "", []cluster{fullCluster}},
+			{"KEDA served", kedaOn, []cluster{fullCluster}},
+			{"KEDA asked, not served", kedaOn, []cluster{bareCluster, oldCluster}},
+		}
+		renders := 0
+		seen := map[string]bool{}
+		for _, a := range accounts {
+			for _, e := range extras {
+				for _, pm := range podMonitor {
+					for _, pr := range rule {
+						for _, k := range kedas {
+							pick := func(fs []form) form { return fs[renders%len(fs)] }
+							parts := []form{pick(a), pick(e), pick(pm), pick(pr)}
+							on := k.on[renders%len(k.on)]
+							name := fmt.Sprintf("%s, %s, %s, %s, %s on %s", parts[0].name, parts[1].name, parts[2].name, parts[3].name, k.name, on.name)
+							vals := withTypes(values(t, helmRequired, parts[0].values, parts[1].values, parts[2].values, parts[3].values, k.values))
+							r, err := renderOn(t, chrt, vals, on)
+							require.NoError(t, err, name)
+							for key, doc := range r.docs {
+								decodeStrict(t, key, doc)
+							}
+							w := checkWorker(t, sluice, r, nil)
+							if valueBool(t, vals, "api.enabled") {
+								checkAPI(t, sluice, r, nil, w)
+							}
+							for _, p := range parts {
+								seen[p.name] = true
+							}
+							seen[on.name] = true
+							renders++
+						}
+					}
+				}
+			}
+		}
+		require.Equal(t, 2*2*2*2*3, renders)
+		for _, fs := range [][]form{accounts[0], accounts[1], extras[1]} {
+			for _, f := range fs {
+				require.True(t, seen[f.name], "%s was rendered", f.name)
+			}
+		}
+		require.True(t, seen[oldCluster.name] && seen[bareCluster.name])
+		t.Logf("%d combinations rendered and checked", renders)
+	})
+
+	t.Run("env, envFrom and extra volumes", func(t *testing.T) {
+		vals := withTypes(values(t, helmRequired, helmExtras))
+		requireLintClean(t, chartDir, vals)
+		r := mustRender(t, chrt, vals)
+		w := checkWorker(t, sluice, r, nil)
+		require.Equal(t, "debug", w.env["SLUICE_LOG_LEVEL"], "worker.env replaces the chart's variable")
+		require.Equal(t, "/etc/sluice/sink/headers", w.env["SLUICE_SINK_HEADERS_FILE"])
+		require.Equal(t, &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}, envVar(t, w.container, "POD_NAME").ValueFrom)
+		require.Len(t, w.container.EnvFrom, 2)
+		m := mountAt(t, w, "/etc/sluice/sink")
+		require.Equal(t, "sink-headers", volume(t, w, m.Name).Secret.SecretName, "the headers file is the Secret's")
+		a := checkAPI(t, sluice, r, nil, w)
+		require.Equal(t, "warn", a.env["SLUICE_LOG_LEVEL"])
+		require.NotNil(t, volume(t, a, "scratch").EmptyDir)
+
+		// A map merges key by key across values files, and may give an
+		// EnvVar's body.
+		vals = withTypes(values(t, helmRequired, helmEnvMap, "worker: {env: {SLUICE_BATCH_SIZE: 1000000}}"))
+		r = mustRender(t, chrt, vals)
+		w = checkWorker(t, sluice, r, nil)
+		require.Equal(t, "1000000", w.env["SLUICE_BATCH_SIZE"], "a later values file wins; numbers as the CLI parses them")
+		require.Equal(t, "debug", w.env["SLUICE_LOG_LEVEL"], "and the earlier one's other keys stay")
+		ref := envVar(t, w.container, "AWS_SECRET_ACCESS_KEY").ValueFrom
+		require.Equal(t, "aws-credentials", ref.SecretKeyRef.Name)
+	})
+
+	t.Run("KEDA only where the cluster serves it", func(t *testing.T) {
+		vals := values(t, helmRequired, "keda: {enabled: true, minReplicaCount: 8}")
+		_, err := renderOn(t, chrt, vals, fullCluster)
+		require.ErrorContains(t, err, "8 worker replicas", "with KEDA, its minimum must fit the partitions")
+		for _, c := range []cluster{bareCluster, oldCluster} {
+			r := mustRenderOn(t, chrt, vals, c)
+			w := checkWorker(t, sluice, r, nil)
+			require.Equal(t, int32(2), *w.deploy.Spec.Replicas, "without KEDA: worker.replicaCount")
+			require.Contains(t, r.notes, "WARNING: keda.enabled is set, but the cluster does not serve KEDA's API")
+		}
+		r := mustRenderOn(t, chrt, values(t, helmRequired, "keda: {enabled: true}"), fullCluster)
+		require.Contains(t, r.names(), "ScaledObject/quakes-sluice-worker")
+		require.NotContains(t, r.notes, "WARNING")
+		checkWorker(t, sluice, r, nil)
+	})
+
+	t.Run("the PDB lets unready workers go", func(t *testing.T) {
+		for _, c := range []struct {
+			values string
+			on     cluster
+			want   *policyv1.UnhealthyPodEvictionPolicyType
+		}{
+			{"", fullCluster, ptr(policyv1.AlwaysAllow)},
+			{"", oldCluster, nil},
+			{"pdb: {unhealthyPodEvictionPolicy: IfHealthyBudget}", bareCluster, ptr(policyv1.IfHealthyBudget)},
+			{"pdb: {unhealthyPodEvictionPolicy: ''}", fullCluster, nil},
+		} {
+			r := mustRenderOn(t, chrt, values(t, helmRequired, c.values), c.on)
+			pdb := decodeOne[policyv1.PodDisruptionBudget](t, r, "PodDisruptionBudget")
+			require.Equal(t, c.want, pdb.Spec.UnhealthyPodEvictionPolicy, "%q on %s", c.values, c.on.name)
+			checkWorker(t, sluice, r, nil)
+		}
+		r := mustRender(t, chrt, values(t, helmRequired, "pdb: {enabled: false}"))
+		checkWorker(t, sluice, r, nil)
+	})
+
+	t.Run("every sink scheme", func(t *testing.T) {
+		// The schemes sluice takes, as its own error lists them.
+		err := sink.CheckURL("no-such-scheme://x")
+		require.Error(t, err)
+		_, list, ok := strings.Cut(err.Error(), "(want ")
+		require.True(t, ok, "%v", err)
+		list, _, _ = strings.Cut(list, ")")
+		schemes := strings.FieldsFunc(strings.ReplaceAll(list, " or ", ","), func(r rune) bool { return r == ',' || r == ' ' })
+		require.Contains(t, schemes, "s3", "parsed %q", list)
+		valuesDoc, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+		require.NoError(t, err)
+		_, sinkDoc, _ := strings.Cut(string(valuesDoc), "\nsink:\n")
+		sinkDoc, _, _ = strings.Cut(sinkDoc, "\n  url:")
+		readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+		require.NoError(t, err)
+		for _, scheme := range schemes {
+			example, ok := sinkExamples[scheme]
+			require.True(t, ok, "scheme %s: give the test an example URL, and document it in values.yaml and the chart README", scheme)
+			require.Contains(t, sinkDoc, scheme+"://", "values.yaml's sink.url documents %s", scheme)
+			require.Contains(t, string(readme), scheme+"://", "the chart README documents %s", scheme)
+			require.NoError(t, sink.CheckURL(example.url), "%s", example.url)
+			r := mustRender(t, chrt, values(t, helmRequired, fmt.Sprintf("sink: {url: %q}", example.url), example.values))
+			w := checkWorker(t, sluice, r, nil)
+			require.Equal(t, example.url, w.env["SLUICE_SINK"])
+		}
+	})
+
+	t.Run("the READMEs' install commands", func(t *testing.T) {
+		t.Chdir(root) // the commands run from the repository's root
+		cmds := readmeHelmCommands(t, root, "README.md", filepath.Join("deploy", "helm", "sluice", "README.md"))
+		perFile := map[string]int{}
+		usedExamples := map[string]bool{}
+		multiBroker := false
+		for _, c := range cmds {
+			perFile[c.file]++
+			vals, files := c.values(t)
+			for _, f := range files {
+				usedExamples[filepath.ToSlash(f)] = true
+			}
+			for _, cl := range []cluster{fullCluster, bareCluster} {
+				r, err := renderOn(t, chrt, vals, cl)
+				require.NoError(t, err, "%s: rendering on %s", c, cl.name)
+				for key, doc := range r.docs {
+					decodeStrict(t, key, doc)
+				}
+				var secret *corev1.Secret
+				if r.docs["Secret/quakes-sluice-credentials"] != "" {
+					secret = decodeOne[corev1.Secret](t, r, "Secret")
+				}
+				w := checkWorker(t, sluice, r, secret)
+				if r.docs["Deployment/quakes-sluice-api"] != "" {
+					checkAPI(t, sluice, r, secret, w)
+				}
+				multiBroker = multiBroker || strings.Contains(w.env["SLUICE_BROKERS"], ",")
+			}
+			requireLintClean(t, chartDir, vals)
+		}
+		require.GreaterOrEqual(t, perFile["README.md"], 1, "README.md's Kubernetes section installs the chart")
+		require.GreaterOrEqual(t, perFile[filepath.Join("deploy", "helm", "sluice", "README.md")], 4, "the chart README's commands")
+		require.True(t, multiBroker, "some command gives several brokers, the case --set splits at the comma")
+		examples, err := filepath.Glob(filepath.Join("deploy", "helm", "examples", "*.yaml"))
+		require.NoError(t, err)
+		require.NotEmpty(t, examples)
+		for _, f := range examples {
+			require.True(t, usedExamples[filepath.ToSlash(f)], "%s: no README command uses it, so nothing renders it", f)
+		}
+
+		// What the READMEs said before: Helm splits --set at the comma.
+		_, err = (&helmvalues.Options{Values: []string{"kafka.brokers=b-1:9096,b-2:9096"}}).MergeValues(nil)
+		require.ErrorContains(t, err, "has no value")
+	})
 }
+
+// helmExtras sets every extra of the pods: variables as a list of EnvVar
+// objects (plain, from a Secret, a ConfigMap and the pod itself, and one
+// that replaces the chart's), envFrom, and a Secret mounted for the sink's
+// headers file; the API its own.
+const helmExtras = `
+worker:
+  env:
+    - name: SLUICE_SINK_HEADERS_FILE
+      value: /etc/sluice/sink/headers
+    - name: AWS_ACCESS_KEY_ID
+      valueFrom: {secretKeyRef: {name: aws-credentials, key: access-key-id}}
+    - name: SLUICE_CONCURRENCY
+      valueFrom: {configMapKeyRef: {name: sluice-tuning, key: concurrency}}
+    - name: POD_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    - name: SLUICE_LOG_LEVEL
+      value: debug
+  envFrom:
+    - secretRef: {name: aws-credentials}
+    - configMapRef: {name: sluice-tuning, optional: true}
+  extraVolumes:
+    - name: sink-headers
+      secret: {secretName: sink-headers}
+  extraVolumeMounts:
+    - {name: sink-headers, mountPath: /etc/sluice/sink, readOnly: true}
+api:
+  enabled: true
+  env: [{name: SLUICE_LOG_LEVEL, value: warn}]
+  envFrom: [{configMapRef: {name: api-settings}}]
+  extraVolumes: [{name: scratch, emptyDir: {sizeLimit: 64Mi}}]
+  extraVolumeMounts: [{name: scratch, mountPath: /scratch}]
+`
+
+// helmEnvMap gives worker.env as a map, with a value from a Secret.
+const helmEnvMap = `
+worker:
+  env:
+    SLUICE_BATCH_SIZE: 250
+    SLUICE_LOG_LEVEL: debug
+    AWS_SECRET_ACCESS_KEY: {valueFrom: {secretKeyRef: {name: aws-credentials, key: secret-access-key}}}
+api: {enabled: true}
+`
+
+// sinkExamples has a URL of each sink scheme, and the values that go with
+// it.
+var sinkExamples = map[string]struct{ url, values string }{
+	"http":        {"http://sink-sim.ingest:8088", ""},
+	"https":       {"https://ingest.example.com/v1", "secrets: {create: {sinkAuthorization: 'Bearer not-a-token'}}"},
+	"rest+http":   {"rest+http://api.ingest:3000/items/{id}", ""},
+	"rest+https":  {"rest+https://api.example.com/v1/quakes/{id}", "worker: {env: {SLUICE_SINK_METHOD: PUT}}"},
+	"postgres":    {"postgres://sluice@db.ingest:5432/quakes?table=events", "secrets: {create: {pgPassword: not-a-password}}"},
+	"azuretables": {"azuretables://quakes.table.core.windows.net?table=events", "secrets: {create: {azureAccountKey: bm90LWEta2V5}}"},
+	"dynamodb": {"dynamodb://quakes?region=eu-west-1",
+		"pool: {unit: cost, cost: 1/KiB}\nserviceAccount: {annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::111122223333:role/sluice'}}"},
+	"s3": {"s3://quakes/2025?region=eu-west-1", "serviceAccount: {annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::111122223333:role/sluice'}}"},
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // values merges YAML documents over each other (later ones win), as
 // repeated `helm install -f` does, into values for the chart.
@@ -386,16 +664,44 @@ func values(t *testing.T, docs ...string) chartutil.Values {
 
 // rendered is one install's manifests, by kind and name.
 type rendered struct {
-	docs   map[string]string // "Kind/name" → YAML
-	notes  string
-	values chartutil.Values // the values given, over the chart's defaults
+	docs    map[string]string // "Kind/name" → YAML
+	notes   string
+	values  chartutil.Values // the values given, over the chart's defaults
+	cluster cluster          // the cluster it was rendered for
 }
 
 func (r rendered) names() []string { return slices.Collect(maps.Keys(r.docs)) }
 
-// renderChart renders the chart as `helm template` does: an install in
-// client-only dry-run mode, no cluster.
+// cluster is what `helm install` learns of the cluster it installs into:
+// the Kubernetes version, and the APIs it serves beyond the built-in ones.
+type cluster struct {
+	name string
+	kube string
+	apis []string
+}
+
+var (
+	// fullCluster has KEDA and the prometheus-operator's CRDs.
+	fullCluster = cluster{"Kubernetes 1.33 with KEDA and prometheus-operator", "v1.33.0", []string{"keda.sh/v1alpha1", "monitoring.coreos.com/v1"}}
+	// bareCluster has neither.
+	bareCluster = cluster{"Kubernetes 1.33 alone", "v1.33.0", nil}
+	// oldCluster predates the PDB's unhealthyPodEvictionPolicy (beta in 1.27).
+	oldCluster = cluster{"Kubernetes 1.26", "v1.26.3", nil}
+)
+
+// has reports whether c serves the API group/version.
+func (c cluster) has(api string) bool { return slices.Contains(c.apis, api) }
+
+// renderChart renders the chart as `helm install` does for fullCluster:
+// an install in client-only dry-run mode with the cluster's version and
+// APIs given, as `helm template --kube-version --api-versions` does.
 func renderChart(t *testing.T, chrt *chart.Chart, vals chartutil.Values) (rendered, error) {
+	t.Helper()
+	return renderOn(t, chrt, vals, fullCluster)
+}
+
+// renderOn renders the chart for cluster c.
+func renderOn(t *testing.T, chrt *chart.Chart, vals chartutil.Values, c cluster) (rendered, error) {
 	t.Helper()
 	install := action.NewInstall(&action.Configuration{Log: t.Logf})
 	install.DryRun = true
@@ -404,13 +710,17 @@ func renderChart(t *testing.T, chrt *chart.Chart, vals chartutil.Values) (render
 	install.Replace = true
 	install.ReleaseName = helmRelease
 	install.Namespace = helmNamespace
+	kube, err := chartutil.ParseKubeVersion(c.kube)
+	require.NoError(t, err)
+	install.KubeVersion = kube
+	install.APIVersions = c.apis
 	rel, err := install.Run(chrt, vals)
 	if err != nil {
 		return rendered{}, err
 	}
 	full, err := chartutil.CoalesceValues(chrt, vals)
 	require.NoError(t, err)
-	r := rendered{docs: map[string]string{}, notes: rel.Info.Notes, values: full}
+	r := rendered{docs: map[string]string{}, notes: rel.Info.Notes, values: full, cluster: c}
 	require.Empty(t, rel.Hooks, "the chart has no hooks")
 	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
 		var meta struct {
@@ -427,8 +737,13 @@ func renderChart(t *testing.T, chrt *chart.Chart, vals chartutil.Values) (render
 
 func mustRender(t *testing.T, chrt *chart.Chart, vals chartutil.Values) rendered {
 	t.Helper()
-	r, err := renderChart(t, chrt, vals)
-	require.NoError(t, err)
+	return mustRenderOn(t, chrt, vals, fullCluster)
+}
+
+func mustRenderOn(t *testing.T, chrt *chart.Chart, vals chartutil.Values, c cluster) rendered {
+	t.Helper()
+	r, err := renderOn(t, chrt, vals, c)
+	require.NoError(t, err, "on %s", c.name)
 	for key, doc := range r.docs {
 		decodeStrict(t, key, doc)
 	}
@@ -446,6 +761,9 @@ var apiTypes = map[string]struct {
 	"ConfigMap":             {"v1", func() any { return new(corev1.ConfigMap) }},
 	"Secret":                {"v1", func() any { return new(corev1.Secret) }},
 	"PodDisruptionBudget":   {"policy/v1", func() any { return new(policyv1.PodDisruptionBudget) }},
+	"ServiceAccount":        {"v1", func() any { return new(corev1.ServiceAccount) }},
+	"PodMonitor":            {"monitoring.coreos.com/v1", func() any { return new(monitoringv1.PodMonitor) }},
+	"PrometheusRule":        {"monitoring.coreos.com/v1", func() any { return new(monitoringv1.PrometheusRule) }},
 	"ScaledObject":          {"keda.sh/v1alpha1", func() any { return new(kedav1alpha1.ScaledObject) }},
 	"TriggerAuthentication": {"keda.sh/v1alpha1", func() any { return new(kedav1alpha1.TriggerAuthentication) }},
 }
@@ -657,7 +975,8 @@ func checkProbes(t *testing.T, c corev1.Container, port int32, handler http.Hand
 }
 
 // secretRefs maps each variable a container takes from the Secret name to
-// its key, checking each reference's optional flag.
+// its key, checking each reference's optional flag (the values may add
+// variables from other Secrets: worker.env, api.env).
 func secretRefs(t *testing.T, c corev1.Container, name string, optional bool) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -666,8 +985,9 @@ func secretRefs(t *testing.T, c corev1.Container, name string, optional bool) ma
 			continue
 		}
 		ref := e.ValueFrom.SecretKeyRef
-		require.NotNil(t, ref, "%s: credentials come from a Secret", e.Name)
-		require.Equal(t, name, ref.Name, "%s", e.Name)
+		if ref == nil || ref.Name != name {
+			continue
+		}
 		require.Equal(t, optional, ref.Optional != nil && *ref.Optional, "%s: optional", e.Name)
 		out[e.Name] = ref.Key
 	}
@@ -716,15 +1036,239 @@ func checkWorker(t *testing.T, sluice *sluiceCLI, r rendered, secret *corev1.Sec
 
 	if secret != nil {
 		for _, e := range w.container.Env {
-			if e.ValueFrom != nil {
-				require.Contains(t, secret.Data, e.ValueFrom.SecretKeyRef.Key, "%s: the created Secret has its key", e.Name)
+			if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil && ref.SecretKeyRef.Name == secret.Name {
+				require.Contains(t, secret.Data, ref.SecretKeyRef.Key, "%s: the created Secret has its key", e.Name)
 			}
 		}
 	}
 	if w.env["SLUICE_TYPES"] != "" {
 		loadMountedTypes(t, r, w.pod, w.container, w.env["SLUICE_TYPES"])
 	}
+	checkExtras(t, w, vals, "worker")
+	checkServiceAccount(t, r, w)
+	checkFiles(t, w)
+
+	// KEDA owns the replica count where the cluster serves its API; else
+	// the workers run worker.replicaCount, and the notes say why.
+	if valueBool(t, vals, "keda.enabled") && r.cluster.has("keda.sh/v1alpha1") {
+		require.Nil(t, w.deploy.Spec.Replicas, "KEDA owns the replica count")
+		checkScaledObject(t, r, w)
+	} else {
+		require.NotNil(t, w.deploy.Spec.Replicas)
+		require.Equal(t, valueInt(t, vals, "worker.replicaCount"), int(*w.deploy.Spec.Replicas))
+		require.NotContains(t, r.names(), "ScaledObject/quakes-sluice-worker")
+		require.NotContains(t, r.names(), "TriggerAuthentication/quakes-sluice-kafka")
+		require.Equal(t, valueBool(t, vals, "keda.enabled"), strings.Contains(r.notes, "does not serve KEDA's API"),
+			"the notes warn when keda.enabled finds no KEDA:\n%s", r.notes)
+	}
+	if valueBool(t, vals, "pdb.enabled") {
+		checkPDB(t, r, w)
+	} else {
+		require.NotContains(t, r.names(), "PodDisruptionBudget/quakes-sluice-worker")
+	}
+	if valueBool(t, vals, "podMonitor.enabled") {
+		checkPodMonitor(t, r, w)
+	} else {
+		require.NotContains(t, r.names(), "PodMonitor/quakes-sluice")
+	}
+	if valueBool(t, vals, "prometheusRule.enabled") {
+		checkPrometheusRule(t, r)
+	} else {
+		require.NotContains(t, r.names(), "PrometheusRule/quakes-sluice")
+	}
 	return w
+}
+
+// asString is v if it is a string, else "".
+func asString(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// value reads a value, a table (as a map[string]any) included; ok is
+// false when it is not set.
+func value(vals chartutil.Values, path string) (any, bool) {
+	if v, err := vals.PathValue(path); err == nil {
+		return v, true
+	}
+	if tbl, err := vals.Table(path); err == nil {
+		return map[string]any(tbl), true
+	}
+	return nil, false
+}
+
+func valueBool(t *testing.T, vals chartutil.Values, path string) bool {
+	t.Helper()
+	v, ok := value(vals, path)
+	if !ok {
+		return false
+	}
+	b, isBool := v.(bool)
+	require.True(t, isBool, "%s: %v (%T) is no boolean", path, v, v)
+	return b
+}
+
+// addrs reads a list of addresses (kafka.brokers, redis.addr) as the CLI
+// gets it: a list joined with commas, or a string as it is.
+func addrs(t *testing.T, vals chartutil.Values, path string) string {
+	t.Helper()
+	v, _ := value(vals, path)
+	switch a := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return a
+	case []any:
+		parts := make([]string, len(a))
+		for i, x := range a {
+			s, ok := x.(string)
+			require.True(t, ok, "%s[%d]: %v (%T) is no host:port string", path, i, x, x)
+			require.NotContains(t, s, ",", "%s[%d]: one address per item", path, i)
+			parts[i] = s
+		}
+		return strings.Join(parts, ",")
+	}
+	require.Failf(t, "not a list of addresses", "%s: %v (%T)", path, v, v)
+	return ""
+}
+
+// checkServiceAccount: the worker pods run as serviceAccount's account,
+// created with its annotations when serviceAccount.create, and never with
+// a mounted token; the API pods run as the namespace's default account.
+func checkServiceAccount(t *testing.T, r rendered, w pod) {
+	t.Helper()
+	vals := r.values
+	name, _ := value(vals, "serviceAccount.name")
+	var accounts []string
+	for _, n := range r.names() {
+		if strings.HasPrefix(n, "ServiceAccount/") {
+			accounts = append(accounts, n)
+		}
+	}
+	if !valueBool(t, vals, "serviceAccount.create") {
+		require.Empty(t, accounts, "serviceAccount.create is off")
+		require.Equal(t, cmp.Or(asString(name), "default"), w.pod.ServiceAccountName)
+		return
+	}
+	require.Len(t, accounts, 1)
+	require.Equal(t, cmp.Or(asString(name), "quakes-sluice"), w.pod.ServiceAccountName)
+	sa := decodeNamed[corev1.ServiceAccount](t, r, "ServiceAccount/"+w.pod.ServiceAccountName)
+	checkLabels(t, "ServiceAccount", sa.Labels)
+	require.NotNil(t, sa.AutomountServiceAccountToken)
+	require.False(t, *sa.AutomountServiceAccountToken, "no token: sluice does not use the Kubernetes API")
+	want := map[string]string{}
+	if a, ok := value(vals, "serviceAccount.annotations"); ok {
+		for k, v := range a.(map[string]any) {
+			want[k] = v.(string)
+		}
+	}
+	if len(want) == 0 {
+		require.Empty(t, sa.Annotations)
+	} else {
+		require.Equal(t, want, sa.Annotations, "the cloud identity's annotations")
+	}
+	if key := "Deployment/quakes-sluice-api"; r.docs[key] != "" {
+		a := decodeNamed[appsv1.Deployment](t, r, key)
+		require.Empty(t, a.Spec.Template.Spec.ServiceAccountName, "the API needs no cloud identity")
+	}
+}
+
+// checkFiles: every plain SLUICE_*_FILE variable names a file under a
+// read-only mount of the container (a Secret's or ConfigMap's), so the
+// worker can read it.
+func checkFiles(t *testing.T, p pod) {
+	t.Helper()
+	for name, path := range p.env {
+		if !strings.HasPrefix(name, "SLUICE_") || !strings.HasSuffix(name, "_FILE") || path == "" {
+			continue
+		}
+		require.True(t, filepath.IsAbs(path), "%s=%q", name, path)
+		var under *corev1.VolumeMount
+		for i, m := range p.container.VolumeMounts {
+			if rel, err := filepath.Rel(m.MountPath, path); err == nil && !strings.HasPrefix(rel, "..") && rel != "." {
+				under = &p.container.VolumeMounts[i]
+			}
+		}
+		require.NotNil(t, under, "%s=%s: no volume is mounted there", name, path)
+		require.True(t, under.ReadOnly, "%s: mounted read-only", name)
+		vol := volume(t, p, under.Name)
+		require.True(t, vol.Secret != nil || vol.ConfigMap != nil || vol.Projected != nil,
+			"%s: %s is a Secret's or a ConfigMap's volume", name, under.Name)
+	}
+}
+
+// checkExtras holds a container to the values' env (a map or a list of
+// EnvVar objects), envFrom, extraVolumes and extraVolumeMounts of
+// component: each entry of env is there as given, after the chart's own
+// variables, and replaces the chart's variable of its name.
+func checkExtras(t *testing.T, p pod, vals chartutil.Values, component string) {
+	t.Helper()
+	var want []corev1.EnvVar
+	switch env, _ := value(vals, component+".env"); e := env.(type) {
+	case nil:
+	case []any:
+		roundTrip(t, e, &want)
+	case map[string]any:
+		for _, name := range slices.Sorted(maps.Keys(e)) {
+			v := corev1.EnvVar{Name: name}
+			if body, ok := e[name].(map[string]any); ok {
+				roundTrip(t, body, &v)
+				v.Name = name
+			} else {
+				v.Value = fmt.Sprint(e[name])
+				if f, ok := e[name].(float64); ok {
+					v.Value = strconv.FormatFloat(f, 'f', -1, 64) // as the CLI parses it
+				}
+			}
+			want = append(want, v)
+		}
+	default:
+		require.Failf(t, "env", "%s.env: %T", component, env)
+	}
+	got := p.container.Env
+	require.GreaterOrEqual(t, len(got), len(want))
+	if len(want) > 0 {
+		require.Equal(t, want, got[len(got)-len(want):], "%s.env comes last, as given", component)
+	}
+	for _, e := range got[:len(got)-len(want)] {
+		require.False(t, slices.ContainsFunc(want, func(w corev1.EnvVar) bool { return w.Name == e.Name }),
+			"%s.env's %s replaces the chart's", component, e.Name)
+	}
+
+	var envFrom []corev1.EnvFromSource
+	if v, ok := value(vals, component+".envFrom"); ok {
+		roundTrip(t, v, &envFrom)
+	}
+	require.Equal(t, len(envFrom), len(p.container.EnvFrom))
+	if len(envFrom) > 0 {
+		require.Equal(t, envFrom, p.container.EnvFrom)
+	}
+	var vols []corev1.Volume
+	if v, ok := value(vals, component+".extraVolumes"); ok {
+		roundTrip(t, v, &vols)
+	}
+	for _, v := range vols {
+		require.Contains(t, p.pod.Volumes, v, "%s.extraVolumes", component)
+	}
+	var mounts []corev1.VolumeMount
+	if v, ok := value(vals, component+".extraVolumeMounts"); ok {
+		roundTrip(t, v, &mounts)
+	}
+	for _, m := range mounts {
+		require.Contains(t, p.container.VolumeMounts, m, "%s.extraVolumeMounts", component)
+		volume(t, p, m.Name)
+	}
+}
+
+// roundTrip decodes values (maps and lists from YAML) strictly into out,
+// a Kubernetes type.
+func roundTrip(t *testing.T, in, out any) {
+	t.Helper()
+	js, err := json.Marshal(in)
+	require.NoError(t, err)
+	strictErrs, err := kjson.UnmarshalStrict(js, out)
+	require.NoError(t, err, "%s", js)
+	require.Empty(t, strictErrs, "%s", js)
 }
 
 // metricsHandler is the worker's real metrics server (metrics.Serve), on a
@@ -735,7 +1279,9 @@ func metricsHandler(t *testing.T) http.Handler {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- metrics.Serve(ctx, ln, metrics.Handler(prometheus.NewRegistry(), nil), 5*time.Second) }()
+	go func() {
+		done <- httpserver.Serve(ctx, ln, metrics.Handler(prometheus.NewRegistry(), nil), 5*time.Second)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
@@ -789,10 +1335,68 @@ func checkPDB(t *testing.T, r rendered, w pod) {
 	require.Equal(t, w.deploy.Spec.Selector.MatchLabels, pdb.Spec.Selector.MatchLabels, "the PDB selects what the Deployment owns")
 	require.NotNil(t, pdb.Spec.MaxUnavailable)
 	require.Nil(t, pdb.Spec.MinAvailable)
-	require.Equal(t, 1, pdb.Spec.MaxUnavailable.IntValue())
+	require.Equal(t, valueInt(t, r.values, "pdb.maxUnavailable"), pdb.Spec.MaxUnavailable.IntValue())
+	// Unready workers (their sink, an external service, is failing) may be
+	// evicted whatever the budget, so a sink outage does not block drains;
+	// the field exists from Kubernetes 1.27 (beta) on.
+	policy, _ := value(r.values, "pdb.unhealthyPodEvictionPolicy")
+	kube, err := chartutil.ParseKubeVersion(r.cluster.kube)
+	require.NoError(t, err)
+	minor, err := strconv.Atoi(kube.Minor)
+	require.NoError(t, err)
+	if p, _ := policy.(string); p != "" && minor >= 27 {
+		require.NotNil(t, pdb.Spec.UnhealthyPodEvictionPolicy, "on %s", r.cluster.name)
+		require.Equal(t, policyv1.UnhealthyPodEvictionPolicyType(p), *pdb.Spec.UnhealthyPodEvictionPolicy)
+	} else {
+		require.Nil(t, pdb.Spec.UnhealthyPodEvictionPolicy, "on %s, policy %q", r.cluster.name, policy)
+	}
 	if key := "Deployment/quakes-sluice-api"; r.docs[key] != "" {
 		a := decodeNamed[appsv1.Deployment](t, r, key)
 		require.False(t, sel.Matches(labels.Set(a.Spec.Template.Labels)), "the workers' PDB does not count API pods")
+	}
+}
+
+// checkPodMonitor: the PodMonitor selects the release's worker (and API)
+// pods and scrapes /metrics on the ports each serves it on.
+func checkPodMonitor(t *testing.T, r rendered, w pod) {
+	t.Helper()
+	pm := decodeNamed[monitoringv1.PodMonitor](t, r, "PodMonitor/quakes-sluice")
+	checkLabels(t, "PodMonitor", pm.Labels)
+	if extra, ok := value(r.values, "podMonitor.labels"); ok {
+		for k, v := range extra.(map[string]any) {
+			require.Equal(t, v, pm.Labels[k], "podMonitor.labels %s: for the Prometheus's podMonitorSelector", k)
+		}
+	}
+	require.False(t, pm.Spec.NamespaceSelector.Any, "the release's own namespace")
+	require.Empty(t, pm.Spec.NamespaceSelector.MatchNames)
+	sel, err := metav1.LabelSelectorAsSelector(&pm.Spec.Selector)
+	require.NoError(t, err)
+	require.False(t, sel.Empty())
+	pods := []pod{w}
+	if r.docs["Deployment/quakes-sluice-api"] != "" {
+		pods = append(pods, podOf(t, r, "quakes-sluice-api"))
+	}
+	interval, _ := value(r.values, "podMonitor.interval")
+	timeout, _ := value(r.values, "podMonitor.scrapeTimeout")
+	for _, p := range pods {
+		require.True(t, sel.Matches(labels.Set(p.labels)), "the PodMonitor selects %s", p.deploy.Name)
+		// The port of the container's /metrics: --metrics-addr, or the API's --listen.
+		addr := cmp.Or(p.env["SLUICE_METRICS_ADDR"], p.env["SLUICE_LISTEN"])
+		port := listenPort(t, addr)
+		scraped := 0
+		for _, ep := range pm.Spec.PodMetricsEndpoints {
+			require.NotNil(t, ep.Port, "endpoints name their port")
+			require.Equal(t, "/metrics", ep.Path)
+			require.Equal(t, monitoringv1.Duration(asString(interval)), ep.Interval)
+			require.Equal(t, monitoringv1.Duration(asString(timeout)), ep.ScrapeTimeout)
+			for _, cp := range p.container.Ports {
+				if cp.Name == *ep.Port {
+					require.Equal(t, port, cp.ContainerPort, "%s: port %s serves /metrics", p.deploy.Name, cp.Name)
+					scraped++
+				}
+			}
+		}
+		require.Equal(t, 1, scraped, "%s is scraped once", p.deploy.Name)
 	}
 }
 
@@ -817,6 +1421,9 @@ func checkScaledObject(t *testing.T, r rendered, w pod) {
 	require.LessOrEqual(t, maxR, topicParts, "a worker beyond the topic's partitions gets none")
 	require.LessOrEqual(t, maxR, poolParts, "a worker beyond the pool's partitions gets no capacity")
 	asked := valueInt(t, vals, "keda.maxReplicaCount")
+	if asked == 0 {
+		asked = topicParts // 0: as many as the topic has partitions
+	}
 	require.Equal(t, min(topicParts, poolParts, asked), maxR, "keda.maxReplicaCount %d, capped", asked)
 	require.Equal(t, valueInt(t, vals, "keda.minReplicaCount"), minR)
 	if reserved := w.env["SLUICE_RESERVED_PARTITIONS"]; reserved != "" {
@@ -997,7 +1604,7 @@ func checkConnections(t *testing.T, p pod, vals chartutil.Values, withRedis bool
 		require.Equal(t, str(tv.values+".serverName"), p.env[tv.prefix+"SERVER_NAME"])
 	}
 
-	require.Equal(t, str("kafka.brokers"), p.env["SLUICE_BROKERS"])
+	require.Equal(t, addrs(t, vals, "kafka.brokers"), p.env["SLUICE_BROKERS"])
 	check(tlsVars{"SLUICE_KAFKA_", "kafka.tls"})
 	mech := str("kafka.sasl.mechanism")
 	require.Equal(t, strings.ToUpper(mech), p.env["SLUICE_KAFKA_SASL_MECHANISM"])
@@ -1018,10 +1625,10 @@ func checkConnections(t *testing.T, p pod, vals chartutil.Values, withRedis bool
 	if master := str("redis.sentinel.master"); master != "" {
 		require.NotContains(t, p.env, "SLUICE_REDIS_ADDR")
 		require.Equal(t, master, p.env["SLUICE_REDIS_SENTINEL_MASTER"])
-		require.Equal(t, str("redis.sentinel.addrs"), p.env["SLUICE_REDIS_SENTINEL_ADDRS"])
+		require.Equal(t, addrs(t, vals, "redis.sentinel.addrs"), p.env["SLUICE_REDIS_SENTINEL_ADDRS"])
 		require.Equal(t, str("redis.sentinel.username"), p.env["SLUICE_REDIS_SENTINEL_USERNAME"])
 	} else {
-		require.Equal(t, str("redis.addr"), p.env["SLUICE_REDIS_ADDR"])
+		require.Equal(t, addrs(t, vals, "redis.addr"), p.env["SLUICE_REDIS_ADDR"])
 		require.NotContains(t, p.env, "SLUICE_REDIS_SENTINEL_MASTER")
 		require.NotContains(t, secretEnv(p.container), "SLUICE_REDIS_SENTINEL_PASSWORD", "the Sentinels' password only with Sentinel")
 	}
@@ -1061,11 +1668,13 @@ func checkAPI(t *testing.T, sluice *sluiceCLI, r rendered, secret *corev1.Secret
 	require.Greater(t, *a.pod.TerminationGracePeriodSeconds, int64(30), "sluice api finishes in-flight requests within 30 s")
 	if secret != nil {
 		for _, e := range a.container.Env {
-			if e.ValueFrom != nil {
-				require.Contains(t, secret.Data, e.ValueFrom.SecretKeyRef.Key, "%s: the created Secret has its key", e.Name)
+			if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil && ref.SecretKeyRef.Name == secret.Name {
+				require.Contains(t, secret.Data, ref.SecretKeyRef.Key, "%s: the created Secret has its key", e.Name)
 			}
 		}
 	}
+	checkExtras(t, a, vals, "api")
+	checkFiles(t, a)
 
 	svc := decodeOne[corev1.Service](t, r, "Service")
 	checkLabels(t, "Service", svc.Labels)
@@ -1082,4 +1691,102 @@ type discardProducer struct{}
 
 func (discardProducer) Produce(context.Context, string, []ingest.Record) error {
 	return fmt.Errorf("not in this test")
+}
+
+// helmCommand is one `helm install` or `helm upgrade --install` of a
+// README, its words as the shell passes them.
+type helmCommand struct {
+	file string
+	line uint
+	args []string // after "helm"
+}
+
+func (c helmCommand) String() string {
+	return fmt.Sprintf("%s:%d: helm %s", c.file, c.line, strings.Join(c.args, " "))
+}
+
+// fencedShellRE finds the shell code blocks of a Markdown file.
+var fencedShellRE = regexp.MustCompile("(?ms)^```(?:sh|bash|shell)\n(.*?)^```")
+
+// readmeHelmCommands returns the helm commands of the shell blocks of the
+// Markdown files, parsed and expanded as a POSIX shell does (quotes,
+// escapes, line continuations, brace expansion), with every variable set
+// to a stand-in value. A word that a shell would glob (an unquoted [ or *)
+// fails the test: zsh, macOS's shell, stops at a pattern that matches no
+// file.
+func readmeHelmCommands(t *testing.T, root string, files ...string) []helmCommand {
+	t.Helper()
+	var out []helmCommand
+	for _, file := range files {
+		md, err := os.ReadFile(filepath.Join(root, file))
+		require.NoError(t, err)
+		for _, m := range fencedShellRE.FindAllSubmatchIndex(md, -1) {
+			block := string(md[m[2]:m[3]])
+			if !regexp.MustCompile(`(?m)^\s*helm `).MatchString(block) {
+				continue
+			}
+			startLine := uint(strings.Count(string(md[:m[2]]), "\n"))
+			f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(block), file)
+			require.NoError(t, err, "%s: a shell block that does not parse", file)
+			syntax.Walk(f, func(n syntax.Node) bool {
+				call, ok := n.(*syntax.CallExpr)
+				if !ok || len(call.Args) == 0 || call.Args[0].Lit() != "helm" {
+					return true
+				}
+				var globbed []string
+				cfg := &expand.Config{
+					Env: expand.FuncEnviron(func(name string) string { return "not-a-real-" + strings.ToLower(name) }),
+					ReadDir2: func(dir string) ([]fs.DirEntry, error) {
+						globbed = append(globbed, dir)
+						return nil, nil
+					},
+				}
+				words, err := expand.Fields(cfg, call.Args[1:]...)
+				line := startLine + call.Pos().Line()
+				require.NoError(t, err, "%s:%d: the shell cannot expand the command", file, line)
+				require.Empty(t, globbed, "%s:%d: an unquoted glob pattern; quote the word", file, line)
+				out = append(out, helmCommand{file: file, line: line, args: words})
+				return true
+			})
+		}
+	}
+	return out
+}
+
+// values parses the command's flags as helm install (or upgrade --install)
+// does and merges its values with Helm's own code: value files, then
+// --set-json, --set, --set-string, --set-file and --set-literal. It
+// returns the values and the value files read. The release must be
+// helmRelease in helmNamespace, the chart deploy/helm/sluice.
+func (c helmCommand) values(t *testing.T) (chartutil.Values, []string) {
+	t.Helper()
+	require.NotEmpty(t, c.args, "%s", c)
+	sub := c.args[0]
+	require.Contains(t, []string{"install", "upgrade"}, sub, "%s: install or upgrade --install", c)
+	fs := pflag.NewFlagSet("helm "+sub, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var opts helmvalues.Options
+	fs.StringSliceVarP(&opts.ValueFiles, "values", "f", nil, "")
+	fs.StringArrayVar(&opts.Values, "set", nil, "")
+	fs.StringArrayVar(&opts.StringValues, "set-string", nil, "")
+	fs.StringArrayVar(&opts.FileValues, "set-file", nil, "")
+	fs.StringArrayVar(&opts.JSONValues, "set-json", nil, "")
+	fs.StringArrayVar(&opts.LiteralValues, "set-literal", nil, "")
+	namespace := fs.StringP("namespace", "n", "default", "")
+	fs.Bool("create-namespace", false, "")
+	fs.Bool("wait", false, "")
+	fs.Bool("atomic", false, "")
+	var install *bool
+	if sub == "upgrade" {
+		install = fs.BoolP("install", "i", false, "")
+	}
+	require.NoError(t, fs.Parse(c.args[1:]), "%s: helm %s would refuse its flags", c, sub)
+	if install != nil {
+		require.True(t, *install, "%s: upgrade without --install needs a release the test does not have", c)
+	}
+	require.Equal(t, []string{helmRelease, "deploy/helm/sluice"}, fs.Args(), "%s: release %s of the repository's chart", c, helmRelease)
+	require.Equal(t, helmNamespace, *namespace, "%s", c)
+	merged, err := opts.MergeValues(nil)
+	require.NoError(t, err, "%s: helm refuses the values", c)
+	return merged, opts.ValueFiles
 }

@@ -12,29 +12,39 @@ import (
 // keeps for its percentile.
 const latencyKeep = 1024
 
+// Event is one kind of occurrence a pipeline counts in Counters.
+type Event int
+
+// The events a pipeline counts; Totals reports each (EventDelivered as
+// Totals.Delivered, EventRetryable as Totals.Retryable, and so on).
+const (
+	EventRequests       Event = iota // sink write requests
+	EventAttempts                    // record attempts sent to the sink
+	EventDelivered                   // records the sink stored for the first time
+	EventDuplicates                  // records the sink already had (redeliveries)
+	EventDeadLettered                // records stored in the dead-letter topic
+	EventInvalid                     // records refused before writing (not JSON, no ID, schema, too costly)
+	EventThrottled                   // record attempts answered "throttled"
+	EventFailedWrites                // sink write requests that failed as a whole
+	EventRetryable                   // record attempts answered retryable but not throttled
+	EventPermanent                   // record attempts refused for good by the sink
+	EventRetried                     // record attempts that will be tried again
+	EventUnitsDelivered              // units of delivered records
+	EventUnitsCorrected              // units the sink charged beyond the estimates
+	EventHotRanges                   // key ranges found hot from the sink's answers
+	EventRangeCuts                   // rate cuts of hot key ranges
+	numEvents
+)
+
 // Counters are the pipeline's running totals. One Counters may be shared by
 // several pipelines (bulk-load runs N in one process); every method is safe
 // for concurrent use. The zero value is ready.
 type Counters struct {
-	fetched        atomic.Int64 // records taken from the source
-	delivered      atomic.Int64 // records the sink stored for the first time
-	duplicates     atomic.Int64 // records the sink already had (redeliveries)
-	deadLettered   atomic.Int64 // records stored in the dead-letter topic
-	invalid        atomic.Int64 // records refused before writing (not JSON, no ID, schema, too costly)
-	requests       atomic.Int64 // sink write requests
-	attempts       atomic.Int64 // record attempts sent to the sink
-	throttled      atomic.Int64 // record attempts answered "throttled"
-	failedWrites   atomic.Int64 // sink write requests that failed as a whole
-	retryable      atomic.Int64 // record attempts answered retryable but not throttled
-	permanent      atomic.Int64 // record attempts refused for good by the sink
-	retried        atomic.Int64 // record attempts that will be tried again
-	unitsSent      atomic.Int64 // units charged to the pacer, retries included
-	unitsDelivered atomic.Int64 // units of delivered records
-	unitsCorrected atomic.Int64 // units the sink charged beyond the estimates
-	hotRanges      atomic.Int64 // key ranges found hot from the sink's answers
-	rangeCuts      atomic.Int64 // rate cuts of hot key ranges
-	firstFetch     atomic.Int64 // unix ns of the first fetch, 0 before
-	lastDone       atomic.Int64 // unix ns of the latest finished record
+	n          [numEvents]atomic.Int64
+	fetched    atomic.Int64 // records taken from the source
+	unitsSent  atomic.Int64 // units charged to the pacer, retries included
+	firstFetch atomic.Int64 // unix ns of the first fetch, 0 before
+	lastDone   atomic.Int64 // unix ns of the latest finished record
 
 	mu        sync.Mutex
 	sent      Window          // units sent, by send time since epoch, in order
@@ -48,6 +58,10 @@ type Counters struct {
 	nextLat   int
 	maxLat    time.Duration
 }
+
+// Count adds n occurrences of e (units, for the Units events) and returns
+// the new total.
+func (c *Counters) Count(e Event, n int64) int64 { return c.n[e].Add(n) }
 
 // Totals is a snapshot of Counters.
 type Totals struct {
@@ -114,22 +128,22 @@ func (t Totals) Elapsed() time.Duration {
 func (c *Counters) Totals() Totals {
 	t := Totals{
 		Fetched:        c.fetched.Load(),
-		Delivered:      c.delivered.Load(),
-		Duplicates:     c.duplicates.Load(),
-		DeadLettered:   c.deadLettered.Load(),
-		Invalid:        c.invalid.Load(),
-		Requests:       c.requests.Load(),
-		Attempts:       c.attempts.Load(),
-		Throttled:      c.throttled.Load(),
-		FailedWrites:   c.failedWrites.Load(),
-		Retryable:      c.retryable.Load(),
-		Permanent:      c.permanent.Load(),
-		Retried:        c.retried.Load(),
+		Delivered:      c.n[EventDelivered].Load(),
+		Duplicates:     c.n[EventDuplicates].Load(),
+		DeadLettered:   c.n[EventDeadLettered].Load(),
+		Invalid:        c.n[EventInvalid].Load(),
+		Requests:       c.n[EventRequests].Load(),
+		Attempts:       c.n[EventAttempts].Load(),
+		Throttled:      c.n[EventThrottled].Load(),
+		FailedWrites:   c.n[EventFailedWrites].Load(),
+		Retryable:      c.n[EventRetryable].Load(),
+		Permanent:      c.n[EventPermanent].Load(),
+		Retried:        c.n[EventRetried].Load(),
 		UnitsSent:      c.unitsSent.Load(),
-		UnitsDelivered: c.unitsDelivered.Load(),
-		UnitsCorrected: c.unitsCorrected.Load(),
-		HotRanges:      c.hotRanges.Load(),
-		RangeCuts:      c.rangeCuts.Load(),
+		UnitsDelivered: c.n[EventUnitsDelivered].Load(),
+		UnitsCorrected: c.n[EventUnitsCorrected].Load(),
+		HotRanges:      c.n[EventHotRanges].Load(),
+		RangeCuts:      c.n[EventRangeCuts].Load(),
 		FirstFetch:     unixTime(c.firstFetch.Load()),
 		LastDone:       unixTime(c.lastDone.Load()),
 	}
@@ -156,19 +170,21 @@ func (c *Counters) Totals() Totals {
 func (c *Counters) Add(t Totals) {
 	now := time.Now()
 	c.firstFetch.CompareAndSwap(0, now.UnixNano())
-	c.delivered.Add(t.Delivered)
-	c.duplicates.Add(t.Duplicates)
-	c.deadLettered.Add(t.DeadLettered)
-	c.unitsDelivered.Add(t.UnitsDelivered)
-	c.noteDone(now)
+	c.n[EventDelivered].Add(t.Delivered)
+	c.n[EventDuplicates].Add(t.Duplicates)
+	c.n[EventDeadLettered].Add(t.DeadLettered)
+	c.n[EventUnitsDelivered].Add(t.UnitsDelivered)
+	c.NoteDone(now)
 }
 
-func (c *Counters) noteFetch(now time.Time) {
+// NoteFetch counts a record taken from the source at now.
+func (c *Counters) NoteFetch(now time.Time) {
 	c.fetched.Add(1)
 	c.firstFetch.CompareAndSwap(0, now.UnixNano())
 }
 
-func (c *Counters) noteDone(now time.Time) {
+// NoteDone marks now as the latest instant a record was finished.
+func (c *Counters) NoteDone(now time.Time) {
 	ns := now.UnixNano()
 	for {
 		old := c.lastDone.Load()
@@ -178,15 +194,15 @@ func (c *Counters) noteDone(now time.Time) {
 	}
 }
 
-// sendReorder is how late a pacer's stamp may reach noteSent after a later
+// sendReorder is how late a pacer's stamp may reach NoteSent after a later
 // stamp of another pacer sharing the Counters and still take its place in
 // the send-side account; a later one counts at the latest time accounted,
 // which can only overstate the busiest second.
 const sendReorder = time.Second
 
-// noteSent counts units the pacer recorded as sent at at, for the
+// NoteSent counts units the pacer recorded as sent at at, for the
 // send-side busiest second.
-func (c *Counters) noteSent(at time.Time, units int64) {
+func (c *Counters) NoteSent(at time.Time, units int64) {
 	c.unitsSent.Add(units)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -204,8 +220,8 @@ func (c *Counters) noteSent(at time.Time, units int64) {
 	c.unordered = slices.Delete(c.unordered, 0, n)
 }
 
-// noteGuard records the guard a slice with a budget was planned with.
-func (c *Counters) noteGuard(g time.Duration) {
+// NoteGuard records the guard a slice with a budget was planned with.
+func (c *Counters) NoteGuard(g time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.guards == 0 || g < c.guardMin {
@@ -215,8 +231,8 @@ func (c *Counters) noteGuard(g time.Duration) {
 	c.guardMax, c.guardLast = max(c.guardMax, g), g
 }
 
-// noteLatency records one send→answer latency.
-func (c *Counters) noteLatency(d time.Duration) {
+// NoteLatency records one send→answer latency.
+func (c *Counters) NoteLatency(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.latencies) < latencyKeep {

@@ -21,6 +21,10 @@ const (
 	// finished: 64 MiB (at most 262,144 records, each counted at least
 	// RecordOverhead bytes).
 	DefaultMaxInFlightBytes = 64 << 20
+	// DefaultMaxRetryAfter caps how long a sink's Retry-After may hold a
+	// write back, for a paused sink and a throttled key range alike: 30 s,
+	// so that a sink that asks for an hour is probed again within 30 s.
+	DefaultMaxRetryAfter = 30 * time.Second
 	// DefaultGrace is how long in-flight writes may go on at shutdown: 10 s.
 	DefaultGrace = 10 * time.Second
 	// DefaultReadyAfter is how long a failure (sink paused, dead-letter
@@ -28,3 +32,10 @@ const (
 	// itself not ready: 30 s.
 	DefaultReadyAfter = 30 * time.Second
 )
+
+// RecordOverhead is what a record in flight is counted as beyond its key
+// and value, in bytes: its bookkeeping (the item, the Record, the queue's
+// message and offset entry, its ID). It keeps a byte budget a bound on
+// memory for records of a few bytes, too: a budget of B bytes holds at most
+// B ÷ RecordOverhead records.
+const RecordOverhead = 256

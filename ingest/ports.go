@@ -136,8 +136,6 @@ type SinkError struct {
 	RetryAfter time.Duration
 	// Err is what happened, e.g. "HTTP 401: invalid token".
 	Err error
-
-	ambiguous bool // every record answered Retryable: the pipeline's own verdict
 }
 
 func (e *SinkError) Error() string {

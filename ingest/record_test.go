@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/ingest/ingesttest"
 )
 
 // decodedID is what ScanObject must agree with: the value decoded whole
@@ -89,7 +90,7 @@ var malformed = []string{
 func TestScanObjectAgreesWithFullDecoding(t *testing.T) {
 	t.Parallel()
 	var values [][]byte
-	values = append(values, usgsRows(t)...)
+	values = append(values, ingesttest.USGSValues(t)...)
 	for _, m := range malformed {
 		values = append(values, []byte(m))
 	}
@@ -119,7 +120,7 @@ func TestScanObjectErrorsSayWhatIsWrong(t *testing.T) {
 }
 
 func FuzzScanObject(f *testing.F) {
-	for _, v := range usgsRows(f)[:200] {
+	for _, v := range ingesttest.USGSValues(f)[:200] {
 		f.Add(v)
 	}
 	for _, m := range malformed {
@@ -135,7 +136,7 @@ func FuzzScanObject(f *testing.F) {
 // BenchmarkRecordID reads the ID of 1 KiB USGS records from their raw
 // bytes (scan), against decoding each whole (decode, the former way).
 func BenchmarkRecordID(b *testing.B) {
-	values := usgsRecords(b, 1000, 1024)
+	values := ingesttest.USGSRecords(b, 1000, 1024)
 	b.Run("scan", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {

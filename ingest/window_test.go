@@ -126,9 +126,9 @@ func TestCountersSendSideIgnoresArrivalOrder(t *testing.T) {
 			}
 		}
 		// The first arrival sets the epoch: send the earliest first.
-		c.noteSent(base, 0)
+		c.NoteSent(base, 0)
 		for _, s := range shuffled {
-			c.noteSent(base.Add(s.at), s.units)
+			c.NoteSent(base.Add(s.at), s.units)
 		}
 		require.Equal(t, want, c.Totals().MaxSent1s, "arrivals %v", shuffled)
 	}

@@ -9,13 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/tlsfiles"
 )
 
 // pingTimeout bounds each PING of PingRedis whose ctx has no earlier
@@ -304,35 +305,12 @@ type sentinelClient struct {
 
 // redisTLSConfig builds the client TLS configuration of cfg.
 func redisTLSConfig(cfg RedisConfig) (*tls.Config, error) {
-	out := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		ServerName:         cfg.ServerName,
-		InsecureSkipVerify: cfg.InsecureSkipVerify, //nolint:gosec // documented as tests only
+	tc, err := tlsfiles.Files{CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile,
+		ServerName: cfg.ServerName, InsecureSkipVerify: cfg.InsecureSkipVerify}.Config()
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis %w", ErrInvalidConfig, err)
 	}
-	if cfg.CAFile != "" {
-		pem, err := os.ReadFile(cfg.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: redis CA file: %w", ErrInvalidConfig, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: redis CA file %s holds no PEM certificate", ErrInvalidConfig, cfg.CAFile)
-		}
-		out.RootCAs = pool
-	}
-	switch {
-	case cfg.CertFile == "" && cfg.KeyFile == "":
-	case cfg.CertFile == "" || cfg.KeyFile == "":
-		return nil, fmt.Errorf("%w: redis client certificate needs both a certificate file and a key file (got %q and %q)",
-			ErrInvalidConfig, cfg.CertFile, cfg.KeyFile)
-	default:
-		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: redis client certificate %s with key %s: %w", ErrInvalidConfig, cfg.CertFile, cfg.KeyFile, err)
-		}
-		out.Certificates = []tls.Certificate{cert}
-	}
-	return out, nil
+	return tc, nil
 }
 
 // RedisError is a failure to reach one Redis, naming it without its
@@ -438,4 +416,29 @@ func PingRedis(ctx context.Context, clients ...redis.UniversalClient) error {
 		return nil
 	}
 	return errors.Join(errs...)
+}
+
+// connectTimeout bounds Connect's check that a quorum answers.
+const connectTimeout = 10 * time.Second
+
+// Connect opens the clients cfg describes (OpenRedis) and checks, within
+// 10 s, that a quorum answers with the credentials given (PingRedis), so
+// that a wrong password fails at start-up instead of being retried in
+// silence. go-redis's own log lines go to log from then on (go-redis keeps
+// one logger per process). An invalid cfg wraps ErrInvalidConfig.
+func Connect(ctx context.Context, cfg RedisConfig, log *slog.Logger) ([]redis.UniversalClient, error) {
+	redis.SetLogger(RedisLogs(log))
+	clients, err := OpenRedis(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := PingRedis(pctx, clients...); err != nil {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+		return nil, err
+	}
+	return clients, nil
 }

@@ -73,6 +73,14 @@ type Config struct {
 	// than Reserved are free the worker logs it and keeps trying; see
 	// ReservedShort. Default 0; at most the pool's partitions.
 	Reserved int
+	// Releasable, when set, is asked before the worker gives capacity back
+	// of its own will (a share that shrank, a turn that ended, a demand
+	// that fell): whether its rate may drop to rate units/s at now without
+	// its recent sends ending up beyond its credit (pacing.Pacer's
+	// Releasable). While it says no, the release waits and is tried again
+	// at the next tick. Lost and expiring leases stop counting whatever it
+	// says. Called without the manager's lock held. Default: always.
+	Releasable func(now time.Time, rate float64) bool
 	// Logger receives lease events and errors. Default: discard.
 	Logger *slog.Logger
 }

@@ -71,6 +71,7 @@ type Manager struct {
 	defReadAt    time.Time               // last instant the definition was known current: read, or its version confirmed
 	nextRead     time.Time               // when to read the definition again whatever the feed says
 	events       Events
+	redisHealth  redisHealth // whether announcements reach a quorum (observe.go)
 
 	mu        sync.Mutex
 	demand    float64       // units/s, from SetDemand
@@ -476,83 +477,6 @@ func (m *Manager) nextWait(share int) time.Duration {
 		wait = min(wait, m.nextRead.Sub(now))
 	}
 	return max(wait, time.Millisecond)
-}
-
-// announce publishes the worker's announcement to every Redis and notes
-// from the answers whether the members or the definition changed unseen.
-func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
-	start := time.Now()
-	got := make([]*versions, len(m.clients))
-	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
-		v, err := announce(ctx, c, m.keys, m.cfg.WorkerID, a, m.cfg.MemberTTL, changed)
-		if err == nil {
-			got[i] = &v
-		}
-		return err
-	}, "lease_announce", "demand announcement failed")
-	if n == 0 {
-		return // again at the next tick
-	}
-	m.lastAnn, m.annAt = a, start
-	confirmed := false
-	for i, v := range got {
-		if v == nil {
-			continue
-		}
-		want := m.seenMembers[i]
-		if changed && want >= 0 {
-			want++ // this announcement's own change
-		}
-		if want < 0 || v.members != want || v.removed > 0 {
-			m.membersDirty.Store(true)
-		} else {
-			m.seenMembers[i] = v.members
-		}
-		m.reportedDef[i] = v.def
-		if v.def == m.seenDef[i] {
-			confirmed = true
-		} else {
-			m.defDirty.Store(true)
-		}
-	}
-	if confirmed {
-		m.defReadAt = start
-	}
-}
-
-// readMembers reads the members from every Redis into m.peers (the union;
-// the larger want wins); false when none answered.
-func (m *Manager) readMembers(ctx context.Context) bool {
-	var (
-		mu  sync.Mutex
-		out = map[string]announcement{}
-		ver = make([]int64, len(m.clients))
-	)
-	start := time.Now()
-	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
-		got, v, err := readMembers(ctx, c, m.keys)
-		if err != nil {
-			ver[i] = -1
-			return err
-		}
-		ver[i] = v
-		mu.Lock()
-		defer mu.Unlock()
-		for w, a := range got {
-			if b, ok := out[w]; !ok || a.Want > b.Want {
-				out[w] = a
-			}
-		}
-		return nil
-	}, "lease_members", "member lookup failed")
-	if n == 0 {
-		return false
-	}
-	for i, v := range ver {
-		m.seenMembers[i] = v // -1 where it failed: read again after its next announcement
-	}
-	m.peers, m.membersRead = out, start
-	return true
 }
 
 // each runs f on every client concurrently, each under the operation

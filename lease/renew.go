@@ -189,8 +189,21 @@ func (m *Manager) extended(h *held, start, until time.Time) bool {
 	return true
 }
 
-// release gives up n leases: they stop counting, then are unlocked.
+// release gives up n leases, or as many as Config.Releasable allows now
+// (the rest at a later tick): they stop counting, then are unlocked.
 func (m *Manager) release(ctx context.Context, n int) {
+	if m.cfg.Releasable != nil {
+		now := time.Now()
+		m.mu.Lock()
+		holding, per := len(m.held), m.sched.partitionRate(now)
+		m.mu.Unlock()
+		for n > 0 && !m.cfg.Releasable(now, float64(holding-n)*per) {
+			n--
+		}
+		if n == 0 {
+			return
+		}
+	}
 	m.mu.Lock()
 	var hs []*held
 	for _, h := range m.held {

@@ -8,6 +8,7 @@
 //	sluice_pool_capacity_units_per_second        gauge    the pool's capacity in force (units/s)
 //	sluice_pool_effective_units_per_second       gauge    the pool's effective rate: the capacity, or less while ramping up (units/s)
 //	sluice_leased_units_per_second               gauge    the rate the worker's valid leases allow (units/s)
+//	sluice_demand_units_per_second               gauge    the demand the worker announces to its pool, capped at the pool's effective rate (units/s)
 //	sluice_leases_held                           gauge    partitions the worker holds
 //	sluice_reserved_partitions_missing           gauge    reserved partitions the worker could not take yet
 //	sluice_lease_events_total{event}             counter  acquired, renewed, lost, released, failed (acquire attempts that missed)
@@ -21,6 +22,7 @@
 //	sluice_sink_state                            gauge    0 writing, 1 paused after a write failed as a whole (per worker)
 //	sluice_sink_paused_seconds_total             counter  time the sink was paused, the current pause included (seconds)
 //	sluice_ready                                 gauge    1 while the worker can make progress, 0 once a failure has lasted its ready threshold
+//	sluice_redis_unreachable_seconds             gauge    how long the worker's Redis calls have been failing without a success, 0 while Redis answers (seconds)
 //	sluice_send_max_units_1s                     gauge    the most units sent in any sliding second so far (send side of the rate promise)
 //	sluice_send_latency_p99_seconds              gauge    99th percentile of the latest send→answer latencies (seconds)
 //	sluice_sink_requests_total{result}           counter  write requests sent to the sink: ok (answered), failed (unreachable, timeout)
@@ -37,16 +39,14 @@ package metrics
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/pacing"
@@ -65,8 +65,8 @@ type Worker struct {
 	Sink SinkState
 }
 
-// SinkState is what the collector reads of a pipeline's sink;
-// *ingest.Pipeline implements it.
+// SinkState is what the collector reads of a worker's sink and readiness;
+// *worker.Worker implements it.
 type SinkState interface {
 	SinkPaused() (paused bool, since time.Time)
 	SinkPausedTotal() time.Duration
@@ -111,7 +111,7 @@ func (c *Collector) Add(w Worker, counters *ingest.Counters) {
 	}
 }
 
-// ObserveWrite returns a hook for ingest.WorkerConfig.ObserveWrite that
+// ObserveWrite returns a hook for pipeline.Config.ObserveWrite that
 // feeds the batch histogram of pool.
 func (c *Collector) ObserveWrite(pool string) func(records int, took time.Duration) {
 	h := c.batch.WithLabelValues(pool)
@@ -125,6 +125,7 @@ var (
 	descCapacity   = prometheus.NewDesc("sluice_pool_capacity_units_per_second", "The pool's capacity in force, in units/s.", poolLabels, nil)
 	descEffective  = prometheus.NewDesc("sluice_pool_effective_units_per_second", "The pool's effective rate (capacity, or less while ramping up), in units/s.", poolLabels, nil)
 	descLeased     = prometheus.NewDesc("sluice_leased_units_per_second", "The rate the worker's valid leases allow, in units/s.", workerLabels, nil)
+	descDemand     = prometheus.NewDesc("sluice_demand_units_per_second", "The demand the worker announces to its pool, capped at the pool's effective rate, in units/s.", workerLabels, nil)
 	descHeld       = prometheus.NewDesc("sluice_leases_held", "Capacity partitions the worker holds.", workerLabels, nil)
 	descMissing    = prometheus.NewDesc("sluice_reserved_partitions_missing", "Reserved partitions the worker could not take yet.", workerLabels, nil)
 	descEvents     = prometheus.NewDesc("sluice_lease_events_total", "Lease events by kind.", append(workerLabels, "event"), nil)
@@ -145,13 +146,14 @@ var (
 	descSinkState  = prometheus.NewDesc("sluice_sink_state", "0 while writing, 1 while the sink is paused after a write failed as a whole.", workerLabels, nil)
 	descPaused     = prometheus.NewDesc("sluice_sink_paused_seconds_total", "Seconds the sink was paused, the current pause included.", workerLabels, nil)
 	descReady      = prometheus.NewDesc("sluice_ready", "1 while the worker can make progress, 0 once a failure has lasted its ready threshold.", workerLabels, nil)
+	descRedisDown  = prometheus.NewDesc("sluice_redis_unreachable_seconds", "Seconds the worker's Redis calls have been failing without a success, 0 while Redis answers.", workerLabels, nil)
 	descSendMax    = prometheus.NewDesc("sluice_send_max_units_1s", "The most units sent in any sliding second so far, at send time.", poolLabels, nil)
 	descLatency    = prometheus.NewDesc("sluice_send_latency_p99_seconds", "99th percentile of the latest send-to-answer latencies, in seconds.", poolLabels, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCapacity, descEffective, descLeased, descHeld, descMissing, descEvents,
+	for _, d := range []*prometheus.Desc{descCapacity, descEffective, descLeased, descDemand, descHeld, descMissing, descEvents, descRedisDown,
 		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descResults, descRetries, descHotRanges, descRangeCuts,
 		descSinkState, descPaused, descReady, descSendMax, descLatency} {
 		ch <- d
@@ -177,6 +179,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		rate := w.Lease.Rate(now)
 		gauge(descLeased, rate, w.Pool, id)
+		gauge(descDemand, w.Lease.Demand(now), w.Pool, id)
+		gauge(descRedisDown, w.Lease.RedisUnreachable(now).Seconds(), w.Pool, id)
 		gauge(descHeld, float64(len(w.Lease.Held())), w.Pool, id)
 		gauge(descMissing, float64(w.Lease.ReservedShort()), w.Pool, id)
 		ev := w.Lease.Events()
@@ -253,49 +257,20 @@ func Handler(gather prometheus.Gatherer, ready func(context.Context) error) *htt
 		mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpserver.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if ready != nil {
 			rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 			defer cancel()
 			if err := ready(rctx); err != nil {
-				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"code": "not_ready", "message": err.Error()})
+				httpserver.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"code": "not_ready", "message": err.Error()})
 				return
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		httpserver.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	return mux
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// Serve serves h on ln until ctx is done, then shuts the server down: it
-// stops accepting and lets the requests in flight finish within drain. It
-// returns nil after a shutdown caused by ctx, and the server's error if it
-// failed before. Every HTTP server of a sluice process (metrics, the
-// intake API, the sink emulator) runs through it.
-func Serve(ctx context.Context, ln net.Listener, h http.Handler, drain time.Duration) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	return err
 }
 
 func b2f(b bool) float64 {

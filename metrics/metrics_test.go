@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/metrics"
@@ -68,7 +70,7 @@ func TestCollectorAndServer(t *testing.T) {
 	var notReady atomic.Bool
 	serving := make(chan error, 1)
 	go func() {
-		serving <- metrics.Serve(ctx, ln, metrics.Handler(reg, func(context.Context) error {
+		serving <- httpserver.Serve(ctx, ln, metrics.Handler(reg, func(context.Context) error {
 			if notReady.Load() {
 				return errors.New("kafka unreachable")
 			}
@@ -114,4 +116,65 @@ func get(t *testing.T, url string) (int, string) {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// TestDemandAndRedisUnreachable: the demand a worker announces is
+// reported finite (capped at the pool's effective rate), and the time its
+// Redis has been unreachable rises while Redis is down and drops to 0
+// once Redis answers again.
+func TestDemandAndRedisUnreachable(t *testing.T) {
+	mr := miniredis.RunT(t)
+	mr.ClockTTL(true)
+	rc := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	defer rc.Close()
+	pool := lease.Pool{Name: "quakes", Capacity: 1000, Partitions: 10}
+	_, err := lease.EnsurePool(context.Background(), rc, "", pool)
+	require.NoError(t, err)
+	// A keep-alive of 200 ms: an outage shows within it.
+	mgr, err := lease.New(lease.Config{Pool: pool, WorkerID: "w1", KeepAlive: 200 * time.Millisecond}, rc)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	col, err := metrics.New(reg)
+	require.NoError(t, err)
+	col.Add(metrics.Worker{Pool: "quakes", Lease: mgr}, nil)
+
+	expect := func(demand, unreachable string) string {
+		return `
+# HELP sluice_demand_units_per_second The demand the worker announces to its pool, capped at the pool's effective rate, in units/s.
+# TYPE sluice_demand_units_per_second gauge
+sluice_demand_units_per_second{pool="quakes",worker="w1"} ` + demand + `
+# HELP sluice_redis_unreachable_seconds Seconds the worker's Redis calls have been failing without a success, 0 while Redis answers.
+# TYPE sluice_redis_unreachable_seconds gauge
+sluice_redis_unreachable_seconds{pool="quakes",worker="w1"} ` + unreachable + "\n"
+	}
+	compare := func(demand, unreachable string) {
+		t.Helper()
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expect(demand, unreachable)),
+			"sluice_demand_units_per_second", "sluice_redis_unreachable_seconds"))
+	}
+	compare("0", "0")
+	mgr.SetDemand(math.Inf(1)) // a backlog the current rate cannot drain
+	compare("1000", "0")
+	mgr.SetDemand(250)
+	compare("250", "0")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leasing := make(chan error, 1)
+	go func() { leasing <- mgr.Run(ctx) }()
+	require.Eventually(t, func() bool { return len(mgr.Held()) == 3 }, 5*time.Second, 5*time.Millisecond, "250/s of 100/s partitions")
+	unreachable := func() float64 { return gaugeValue(t, reg, "sluice_redis_unreachable_seconds") }
+	require.Zero(t, unreachable(), "Redis answers")
+
+	mr.Close()
+	require.Eventually(t, func() bool { return unreachable() > 0 }, 5*time.Second, 10*time.Millisecond, "Redis is down")
+	first := unreachable()
+	require.Eventually(t, func() bool { return unreachable() >= first+0.3 }, 5*time.Second, 10*time.Millisecond,
+		"the time keeps growing while Redis stays down")
+	require.InDelta(t, 250, gaugeValue(t, reg, "sluice_demand_units_per_second"), 1e-9, "the demand does not depend on Redis")
+
+	require.NoError(t, mr.Restart())
+	require.Eventually(t, func() bool { return unreachable() == 0 }, 5*time.Second, 10*time.Millisecond, "Redis answers again")
+	cancel()
+	require.NoError(t, <-leasing)
 }

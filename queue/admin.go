@@ -297,3 +297,12 @@ func (a Admin) GroupMembers(ctx context.Context, group string) (members int, sta
 	})
 	return members, stable, err
 }
+
+// EnsureTopics creates topic with partitions partitions and its
+// dead-letter topic (DeadLetterTopic) with one, unless they exist.
+func (a Admin) EnsureTopics(ctx context.Context, topic string, partitions int) error {
+	if err := a.EnsureTopic(ctx, topic, partitions); err != nil {
+		return err
+	}
+	return a.EnsureTopic(ctx, DeadLetterTopic(topic), 1)
+}

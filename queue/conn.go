@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +17,8 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/sluicehq/sluice/tlsfiles"
 )
 
 // SASL mechanisms NewConn accepts in Security.SASLMechanism, spelled as
@@ -203,35 +204,12 @@ func NewConn(sec Security) (Conn, error) {
 
 // tlsConfig builds the client TLS configuration of sec.
 func tlsConfig(sec Security) (*tls.Config, error) {
-	cfg := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		ServerName:         sec.ServerName,
-		InsecureSkipVerify: sec.InsecureSkipVerify, //nolint:gosec // documented as tests only
+	tc, err := tlsfiles.Files{CAFile: sec.CAFile, CertFile: sec.CertFile, KeyFile: sec.KeyFile,
+		ServerName: sec.ServerName, InsecureSkipVerify: sec.InsecureSkipVerify}.Config()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if sec.CAFile != "" {
-		pem, err := os.ReadFile(sec.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: CA file: %w", ErrInvalidConfig, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrInvalidConfig, sec.CAFile)
-		}
-		cfg.RootCAs = pool
-	}
-	switch {
-	case sec.CertFile == "" && sec.KeyFile == "":
-	case sec.CertFile == "" || sec.KeyFile == "":
-		return nil, fmt.Errorf("%w: a client certificate needs both a certificate file and a key file (got %q and %q)",
-			ErrInvalidConfig, sec.CertFile, sec.KeyFile)
-	default:
-		cert, err := tls.LoadX509KeyPair(sec.CertFile, sec.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: client certificate %s with key %s: %w", ErrInvalidConfig, sec.CertFile, sec.KeyFile, err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
+	return tc, nil
 }
 
 // Protocol returns Kafka's name for c's security.protocol: "PLAINTEXT",

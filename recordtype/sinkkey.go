@@ -5,7 +5,6 @@ import (
 	"crypto/md5"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -15,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/placeholder"
 )
 
 // ErrSinkKey is wrapped by every error NewSinkKey returns about a rule.
@@ -60,16 +60,10 @@ var ErrSinkKey = errors.New("recordtype: sink key rule")
 // Every strategy is deterministic: the same record always gets the same
 // key. A SinkKey is safe for concurrent use.
 type SinkKey struct {
-	parts    []templatePart
+	parts    []string // literal, field, literal, ... (placeholder.Parse)
 	strategy string
 	n        int // N of hash-prefix and shard
 	apply    func(k *SinkKey, key string) (string, error)
-}
-
-// templatePart is literal text, or a field when field is set.
-type templatePart struct {
-	text  string
-	field bool
 }
 
 // NewSinkKey parses a template and a strategy name ("" means "none"). Its
@@ -114,58 +108,28 @@ func NewSinkKey(template, strategy string) (*SinkKey, error) {
 	return k, nil
 }
 
-func parseTemplate(template string) ([]templatePart, error) {
+func parseTemplate(template string) ([]string, error) {
 	if template == "" {
 		return nil, fmt.Errorf("%w: the template is empty (want e.g. {time}/{id})", ErrSinkKey)
 	}
-	var parts []templatePart
-	rest := template
-	for rest != "" {
-		open := strings.IndexByte(rest, '{')
-		if closeAt := strings.IndexByte(rest, '}'); closeAt >= 0 && (open < 0 || closeAt < open) {
-			return nil, fmt.Errorf("%w: template %q: unmatched }", ErrSinkKey, template)
-		}
-		if open < 0 {
-			parts = append(parts, templatePart{text: rest})
-			break
-		}
-		if open > 0 {
-			parts = append(parts, templatePart{text: rest[:open]})
-		}
-		end := strings.IndexByte(rest[open:], '}')
-		if end < 0 {
-			return nil, fmt.Errorf("%w: template %q: unclosed {", ErrSinkKey, template)
-		}
-		field := rest[open+1 : open+end]
-		if field == "" || strings.ContainsAny(field, "{") {
-			return nil, fmt.Errorf("%w: template %q: bad field name %q", ErrSinkKey, template, field)
-		}
-		parts = append(parts, templatePart{text: field, field: true})
-		rest = rest[open+end+1:]
+	parts, err := placeholder.Parse(template)
+	if err != nil {
+		return nil, fmt.Errorf("%w: template: %w", ErrSinkKey, err)
 	}
 	return parts, nil
 }
 
 // Fields returns the record fields the template reads, in template order.
-func (k *SinkKey) Fields() []string {
-	var out []string
-	for _, p := range k.parts {
-		if p.field && !slices.Contains(out, p.text) {
-			out = append(out, p.text)
-		}
-	}
-	return out
-}
+func (k *SinkKey) Fields() []string { return placeholder.Fields(k.parts) }
 
 // String returns the rule as "template strategy".
 func (k *SinkKey) String() string {
 	var b strings.Builder
-	for _, p := range k.parts {
-		if p.field {
-			b.WriteString("{" + p.text + "}")
-		} else {
-			b.WriteString(p.text)
+	for i, p := range k.parts {
+		if i%2 == 1 {
+			p = "{" + p + "}"
 		}
+		b.WriteString(p)
 	}
 	return b.String() + " " + cmp.Or(k.strategy, "none")
 }
@@ -174,44 +138,14 @@ func (k *SinkKey) String() string {
 // name the field that is missing or not a scalar, or say why the strategy
 // cannot apply (an empty key, bit-reverse of a non-number).
 func (k *SinkKey) Key(value []byte) (string, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(value, &obj); err != nil || obj == nil {
-		return "", errors.New("sink key: the record is not a JSON object")
-	}
-	var b strings.Builder
-	for _, p := range k.parts {
-		if !p.field {
-			b.WriteString(p.text)
-			continue
-		}
-		v, err := scalar(obj[p.text])
-		if err != nil {
-			return "", fmt.Errorf("sink key: field %q: %w", p.text, err)
-		}
-		b.WriteString(v)
-	}
-	if b.Len() == 0 {
+	key, err := placeholder.Render(k.parts, placeholder.Of(ingest.Record{Value: value}), nil)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("sink key: %w", err)
+	case key == "":
 		return "", errors.New("sink key: the template gives an empty key for this record")
 	}
-	return k.apply(k, b.String())
-}
-
-// scalar renders a JSON string, number or boolean as key text.
-func scalar(raw json.RawMessage) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", errors.New("missing")
-	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", err
-		}
-		return s, nil
-	case '{', '[':
-		return "", errors.New("not a string, number or boolean")
-	}
-	return string(raw), nil // a number as written, true or false
+	return k.apply(k, key)
 }
 
 // Processor returns a processing step that sets a record's SinkKey, and its

@@ -45,9 +45,10 @@ func TestSinkKeyErrors(t *testing.T) {
 	t.Parallel()
 	rules := []struct{ template, strategy, wantErr string }{
 		{"", "none", "template is empty"},
-		{"{time", "none", "unclosed {"},
-		{"time}", "none", "unmatched }"},
-		{"{}", "none", "bad field name"},
+		{"{time", "none", "unclosed '{'"},
+		{"time}", "none", "unmatched '}'"},
+		{"{}", "none", "empty placeholder {}"},
+		{"{$id}/{time}", "none", "unknown placeholder {$id}"},
 		{"{id}", "hash-prefix", "want hash-prefix:N with N in 1..32"},
 		{"{id}", "hash-prefix:33", "1..32"},
 		{"{id}", "shard:0", "want shard:N"},
@@ -62,9 +63,9 @@ func TestSinkKeyErrors(t *testing.T) {
 	k, err := NewSinkKey("{time}/{id}", "bit-reverse")
 	require.NoError(t, err)
 	_, err = k.Key([]byte(`{"id":"a"}`))
-	require.ErrorContains(t, err, `field "time": missing`)
+	require.ErrorContains(t, err, `field "time" is missing`)
 	_, err = k.Key([]byte(`{"id":"a","time":{"x":1}}`))
-	require.ErrorContains(t, err, `field "time": not a string`)
+	require.ErrorContains(t, err, `field "time" is an object or array`)
 	_, err = k.Key([]byte(`{"id":"a","time":"2025"}`))
 	require.NoError(t, err)
 	_, err = k.Key([]byte(`{"id":"a","time":"-1"}`))
@@ -83,7 +84,7 @@ func TestSinkKeyProcessorSetsThePartitionKey(t *testing.T) {
 	require.True(t, strings.HasSuffix(out.SinkKey, "/nc1"))
 	require.Len(t, out.PartitionKey, 2)
 	_, err = k.Processor().Process(ingest.Record{ID: "x", Value: []byte(`{}`)})
-	require.ErrorContains(t, err, `field "id": missing`)
+	require.ErrorContains(t, err, `field "id" is missing`)
 }
 
 // Sequential keys (10,000 timestamps a millisecond apart) and 64 equal

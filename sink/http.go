@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,7 +12,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/sinkwire"
+	"github.com/sluicehq/sluice/tlsfiles"
 )
 
 // maxResponseBytes bounds how much of a response HTTPSink reads.
@@ -168,20 +166,9 @@ func newTransport(caFile string, insecure bool) (*http.Transport, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
 	if caFile != "" || insecure {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure} //nolint:gosec // opt-in, for tests
-		if caFile != "" {
-			pem, err := os.ReadFile(caFile)
-			if err != nil {
-				return nil, fmt.Errorf("sink: CA file: %w", err)
-			}
-			pool, err := x509.SystemCertPool()
-			if err != nil {
-				pool = x509.NewCertPool()
-			}
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("sink: CA file %s: no PEM certificate found", caFile)
-			}
-			tc.RootCAs = pool
+		tc, err := tlsfiles.Files{CAFile: caFile, SystemRoots: true, InsecureSkipVerify: insecure}.Config()
+		if err != nil {
+			return nil, fmt.Errorf("sink: %w", err)
 		}
 		t.TLSClientConfig = tc
 	}
@@ -313,7 +300,7 @@ func (h *HTTPSink) do(ctx context.Context, method, url string, body []byte, idem
 	if idemKey != "" {
 		req.Header.Set(HeaderIdempotencyKey, idemKey)
 	}
-	resp, err := h.client.Do(req)
+	resp, err := h.client.Do(oneShot(req))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, context.Cause(ctx)
@@ -329,6 +316,19 @@ func (h *HTTPSink) do(ctx context.Context, method, url string, body []byte, idem
 		return nil, nil, fmt.Errorf("read answer: %w", err)
 	}
 	return resp, data, nil
+}
+
+// oneShot makes req a request the transport sends once: Go's transport
+// re-sends on a fresh connection, on its own, a request it takes for
+// idempotent (one with an Idempotency-Key, or a body it can rewind) when
+// the connection drops after the request went out. Such a re-send would
+// reach the sink without going through the pacer, so only the pipeline
+// retries, as paced attempts.
+func oneShot(req *http.Request) *http.Request {
+	if req.Body != nil && req.Body != http.NoBody {
+		req.GetBody = nil
+	}
+	return req
 }
 
 // HeaderIdempotencyKey carries the batch's idempotency key: the same batch

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,4 +258,65 @@ func newSim(t *testing.T, cfg sinksim.Config) *sinksim.Sim {
 	s, err := sinksim.New(cfg)
 	require.NoError(t, err)
 	return s
+}
+
+// A sink that stores a request and then drops the connection without an
+// answer gets that request once: the transport does not re-send it on its
+// own on another pooled connection (Go's transport does, for a request
+// with an Idempotency-Key or a body it can rewind, when a reused
+// connection drops), so every attempt the sink sees went through the pacer.
+func TestSinksNeverResendOnTheirOwn(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	var drop atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var batch []sinkwire.Record
+		body, _ := io.ReadAll(r.Body)
+		if !drop.Load() {
+			if r.Method == http.MethodPut { // REST: one record
+				w.WriteHeader(http.StatusCreated)
+				return
+			}
+			_ = json.Unmarshal(body, &batch)
+			out := sinkwire.Response{Results: []sinkwire.Result{}}
+			for _, rec := range batch {
+				out.Results = append(out.Results, sinkwire.Result{ID: rec.ID, Status: sinkwire.StatusStored})
+			}
+			_ = json.NewEncoder(w).Encode(out)
+			return
+		}
+		requests.Add(1) // applied
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			_ = conn.Close() // and dropped without an answer
+		}
+	}))
+	t.Cleanup(srv.Close)
+	var batch []ingest.Record
+	for i := range 20 {
+		batch = append(batch, record(fmt.Sprint("r", i), `{"n":1}`, 1))
+	}
+	emulator, err := sink.NewHTTP(sink.HTTPConfig{URL: srv.URL, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	rest, err := sink.NewREST(sink.RESTConfig{URL: srv.URL + "/items/{$id}", Method: http.MethodPut})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		s    ingest.Sink
+		want int64 // requests per write
+	}{{"emulator protocol", emulator, 1}, {"REST", rest, 20}} {
+		drop.Store(false)
+		var wg sync.WaitGroup
+		for range 8 { // several pooled connections, idle once answered
+			wg.Go(func() {
+				_, err := tc.s.Write(t.Context(), batch)
+				require.NoError(t, err, tc.name)
+			})
+		}
+		wg.Wait()
+		drop.Store(true)
+		requests.Store(0)
+		_, err := tc.s.Write(t.Context(), batch)
+		require.Error(t, err, "%s: a dropped connection is a failure of the request", tc.name)
+		require.Equal(t, tc.want, requests.Load(), "%s: one request per attempt, never re-sent by the transport", tc.name)
+	}
 }

@@ -20,7 +20,7 @@ const (
 	DefaultMin           = 0
 	DefaultMax           = 5 * time.Second
 	DefaultMaxAttempts   = 8
-	DefaultMaxRetryAfter = 30 * time.Second
+	DefaultMaxRetryAfter = ingest.DefaultMaxRetryAfter
 )
 
 // Policy is exponential backoff with jitter, the formula of the cloud storage

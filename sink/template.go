@@ -2,7 +2,6 @@ package sink
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,133 +11,13 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/placeholder"
 )
 
-// The REST sink's templates name record fields in braces: {name} is the
-// top-level JSON field name of the record's value. Three names are the
-// record's own: {$id} its ID (the idempotency key), {$key} its sink key
-// (its ID when it has none), and, in a body template only, {$record} its
-// whole value.
-const (
-	fieldID     = "$id"
-	fieldKey    = "$key"
-	fieldRecord = "$record"
-)
-
-// fieldError is a record's value lacking what a template needs: the
-// record is refused for good (dead-lettered) with this reason, unsent.
-type fieldError struct {
-	field, problem string
-}
-
-func (e *fieldError) Error() string {
-	if e.field == "" {
-		return e.problem
-	}
-	return fmt.Sprintf("field %q %s", e.field, e.problem)
-}
-
-// recordFields looks fields up in one record's value, parsing it once.
-type recordFields struct {
-	rec    ingest.Record
-	obj    map[string]json.RawMessage
-	parsed bool
-	err    error
-}
-
-func (f *recordFields) field(name string) (json.RawMessage, error) {
-	if !f.parsed {
-		f.parsed = true
-		if err := json.Unmarshal(f.rec.Value, &f.obj); err != nil || f.obj == nil {
-			f.err = &fieldError{problem: "value is not a JSON object"}
-		}
-	}
-	if f.err != nil {
-		return nil, f.err
-	}
-	v, ok := f.obj[name]
-	if !ok {
-		return nil, &fieldError{name, "is missing"}
-	}
-	return v, nil
-}
-
-// raw returns the JSON value a whole-string body placeholder stands for.
-func (f *recordFields) raw(name string) (json.RawMessage, error) {
-	switch name {
-	case fieldID:
-		return json.Marshal(f.rec.ID)
-	case fieldKey:
-		return json.Marshal(cmp.Or(f.rec.SinkKey, f.rec.ID))
-	case fieldRecord:
-		if !json.Valid(f.rec.Value) {
-			return nil, &fieldError{problem: "value is not valid JSON"}
-		}
-		return f.rec.Value, nil
-	}
-	return f.field(name)
-}
-
-// text returns the text a placeholder inside a URL or a longer string
-// stands for: a string field's value, a number's or boolean's JSON text.
-func (f *recordFields) text(name string) (string, error) {
-	switch name {
-	case fieldID:
-		return f.rec.ID, nil
-	case fieldKey:
-		return cmp.Or(f.rec.SinkKey, f.rec.ID), nil
-	}
-	v, err := f.field(name)
-	if err != nil {
-		return "", err
-	}
-	v = bytes.TrimSpace(v)
-	switch {
-	case len(v) == 0:
-		return "", &fieldError{name, "is empty"}
-	case v[0] == '"':
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return "", &fieldError{name, "is not a valid JSON string"}
-		}
-		return s, nil
-	case v[0] == '{', v[0] == '[':
-		return "", &fieldError{name, "is an object or array, not a value to put in text"}
-	case string(v) == "null":
-		return "", &fieldError{name, "is null"}
-	}
-	return string(v), nil
-}
-
-// placeholders splits s into literal text and placeholder names: parts
-// alternate literal, name, literal, ... (odd indexes are names). A '{'
-// or '}' that does not close a non-empty name is an error.
-func placeholders(s string) ([]string, error) {
-	var parts []string
-	for {
-		open := strings.IndexAny(s, "{}")
-		if open < 0 {
-			return append(parts, s), nil
-		}
-		if s[open] == '}' {
-			return nil, fmt.Errorf("unmatched '}' in %q", s)
-		}
-		end := strings.IndexAny(s[open+1:], "{}")
-		if end < 0 || s[open+1+end] == '{' {
-			return nil, fmt.Errorf("unclosed '{' in %q", s)
-		}
-		name := s[open+1 : open+1+end]
-		if strings.TrimSpace(name) == "" {
-			return nil, fmt.Errorf("empty placeholder {} in %q", s)
-		}
-		if strings.HasPrefix(name, "$") && name != fieldID && name != fieldKey && name != fieldRecord {
-			return nil, fmt.Errorf("unknown placeholder {%s} (the record's own are {$id}, {$key} and {$record})", name)
-		}
-		parts = append(parts, s[:open], name)
-		s = s[open+2+end:]
-	}
-}
+// The REST sink's templates speak package placeholder's language: {name}
+// is the top-level JSON field name of the record's value; {$id} its ID,
+// {$key} its sink key and, in a body template only, {$record} its whole
+// value.
 
 // urlTemplate is a request URL with placeholders in its path or query.
 type urlTemplate struct {
@@ -150,7 +29,7 @@ type urlTemplate struct {
 
 // parseURLTemplate checks an http:// or https:// URL template.
 func parseURLTemplate(raw string) (*urlTemplate, error) {
-	parts, err := placeholders(raw)
+	parts, err := placeholder.Parse(raw, placeholder.ID, placeholder.Key, placeholder.Record)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +45,7 @@ func parseURLTemplate(raw string) (*urlTemplate, error) {
 			sample.WriteString(p)
 			continue
 		}
-		if p == fieldRecord {
+		if p == placeholder.Record {
 			return nil, fmt.Errorf("url %q: {$record} belongs in a body template", raw)
 		}
 		t.query = append(t.query, inQuery)
@@ -194,31 +73,23 @@ func parseURLTemplate(raw string) (*urlTemplate, error) {
 // render fills the template with a record's fields: path-escaped in the
 // path (a value's '/' cannot add a segment; "", "." and ".." are refused),
 // query-escaped in the query.
-func (t *urlTemplate) render(f *recordFields) (string, error) {
+func (t *urlTemplate) render(f *placeholder.Values) (string, error) {
 	if len(t.parts) == 1 {
 		return t.parts[0], nil
 	}
-	var b strings.Builder
-	for i, p := range t.parts {
-		if i%2 == 0 {
-			b.WriteString(p)
-			continue
-		}
-		v, err := f.text(p)
-		if err != nil {
-			return "", err
-		}
+	n := 0
+	return placeholder.Render(t.parts, f, func(name, v string) (string, error) {
+		inQuery := t.query[n]
+		n++
 		switch {
-		case t.query[i/2]:
-			b.WriteString(url.QueryEscape(v))
+		case inQuery:
+			return url.QueryEscape(v), nil
 		case v == "" || v == "." || v == "..":
 			// An empty or dot segment would address another resource.
-			return "", &fieldError{p, fmt.Sprintf("is %q, which cannot name a resource in the URL's path", v)}
-		default:
-			b.WriteString(url.PathEscape(v))
+			return "", &placeholder.FieldError{Field: name, Problem: fmt.Sprintf("is %q, which cannot name a resource in the URL's path", v)}
 		}
-	}
-	return b.String(), nil
+		return url.PathEscape(v), nil
+	})
 }
 
 // bodyTemplate is a JSON document in which a string that is exactly one
@@ -251,7 +122,7 @@ func parseBodyTemplate(src string) (*bodyTemplate, error) {
 	var stack []frame
 	values := 0 // top-level values
 	emitString := func(s string, whole bool) error {
-		parts, err := placeholders(s)
+		parts, err := placeholder.Parse(s, placeholder.ID, placeholder.Key, placeholder.Record)
 		if err != nil {
 			return err
 		}
@@ -265,7 +136,7 @@ func parseBodyTemplate(src string) (*bodyTemplate, error) {
 				appendJSONText(&lit, p)
 				continue
 			}
-			if p == fieldRecord {
+			if p == placeholder.Record {
 				return errors.New("{$record} must be a whole string value: \"{$record}\"")
 			}
 			t.addField(&lit, p, false)
@@ -340,19 +211,19 @@ func (t *bodyTemplate) addField(lit *bytes.Buffer, name string, raw bool) {
 }
 
 // render appends the body for one record to buf.
-func (t *bodyTemplate) render(f *recordFields, buf *bytes.Buffer) error {
+func (t *bodyTemplate) render(f *placeholder.Values, buf *bytes.Buffer) error {
 	for _, s := range t.segs {
 		buf.Write(s.lit)
 		switch {
 		case s.field == "":
 		case s.raw:
-			v, err := f.raw(s.field)
+			v, err := f.JSON(s.field)
 			if err != nil {
 				return err
 			}
 			buf.Write(v)
 		default:
-			v, err := f.text(s.field)
+			v, err := f.Text(s.field)
 			if err != nil {
 				return err
 			}

@@ -6,8 +6,9 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/sluicehq/sluice/sinkwire"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // storeIDs stores n records with fresh IDs through the admission path, in

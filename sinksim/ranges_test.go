@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/sinkwire"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // drive posts perTick records every 100 ms for d, keys from key(i), and

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/sinkwire"
 )
@@ -252,7 +253,7 @@ func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+sinkwire.PathRecords, s.serveRecords)
 	mux.HandleFunc("GET "+sinkwire.PathStats, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.Snapshot(r.URL.Query().Get("series") == "1"))
+		httpserver.WriteJSON(w, http.StatusOK, s.Snapshot(r.URL.Query().Get("series") == "1"))
 	})
 	mux.HandleFunc("POST "+sinkwire.PathReset, func(w http.ResponseWriter, _ *http.Request) {
 		s.Reset()
@@ -274,17 +275,17 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.countMalformed()
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, sinkwire.Response{Results: []sinkwire.Result{},
+			httpserver.WriteJSON(w, http.StatusRequestEntityTooLarge, sinkwire.Response{Results: []sinkwire.Result{},
 				Error: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)})
 			return
 		}
-		writeJSON(w, http.StatusBadRequest, sinkwire.Response{Results: []sinkwire.Result{}, Error: "read request body: " + err.Error()})
+		httpserver.WriteJSON(w, http.StatusBadRequest, sinkwire.Response{Results: []sinkwire.Result{}, Error: "read request body: " + err.Error()})
 		return
 	}
 	elems, err := readBody(body, len(s.cfg.RequiredFields) > 0 || s.cfg.Charge != nil)
 	if err != nil {
 		s.countMalformed()
-		writeJSON(w, http.StatusBadRequest, sinkwire.Response{Results: []sinkwire.Result{},
+		httpserver.WriteJSON(w, http.StatusBadRequest, sinkwire.Response{Results: []sinkwire.Result{},
 			Error: "request body must be a JSON array of {id, cost, value} records: " + err.Error()})
 		return
 	}
@@ -329,7 +330,7 @@ func (s *Sim) serveRecords(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(sinkwire.HeaderRetryAfter, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Second)), 10))
 		w.Header().Set(sinkwire.HeaderRetryAfterMs, strconv.FormatInt(ceilDiv(int64(wait), int64(time.Millisecond)), 10))
 	}
-	writeJSON(w, code, sinkwire.Response{Results: results})
+	httpserver.WriteJSON(w, code, sinkwire.Response{Results: results})
 }
 
 // parse validates element i of a request; the record is rejected (reason
@@ -536,12 +537,6 @@ func (s *Sim) countMalformed() {
 	defer s.mu.Unlock()
 	s.stats.Requests++
 	s.stats.Malformed++
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v) // the client may be gone; nothing to do
 }
 
 // readAll reads r to its end into a buffer sized for the announced length

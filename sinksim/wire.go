@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/sluicehq/sluice/sinkwire"
 )
 

@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/sluicehq/sluice/sinkwire"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // readBody reads every element as encoding/json fills a sink.WireRecord:

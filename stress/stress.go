@@ -15,15 +15,24 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 )
 
+// Defaults of Config, which the CLI's flags show.
+const (
+	DefaultStart     = 100              // records/s
+	DefaultMax       = 100_000          // records/s
+	DefaultStepEvery = 10 * time.Second // per step
+	DefaultThreshold = 0.05             // share of a step's records
+)
+
 // Config configures Stress. Rates are in records/s.
 type Config struct {
-	// Start is the first step's rate; default 100.
+	// Start is the first step's rate; default DefaultStart (100).
 	Start float64
 	// Step is added to the rate at every step; default Start.
 	Step float64
-	// Max is the last step's rate at most; default 100,000.
+	// Max is the last step's rate at most; default DefaultMax (100,000).
 	Max float64
-	// StepEvery is how long each step lasts; default 10 s.
+	// StepEvery is how long each step lasts; default DefaultStepEvery
+	// (10 s).
 	StepEvery time.Duration
 	// Prefix is the partition key every record shares, and its sink keys'
 	// prefix (keys are Prefix/000000000001, …: sequential, so they stay in
@@ -32,14 +41,17 @@ type Config struct {
 	// Target is the rate the partition is expected to sustain (e.g. 2,000
 	// entities/s for an Azure Tables partition); 0: no verdict.
 	Target float64
-	// BatchSize is the most records per write; default 100.
+	// BatchSize is the most records per write; default
+	// ingest.DefaultMaxBatch (100).
 	BatchSize int
-	// Concurrency is the most writes in flight; default 16.
+	// Concurrency is the most writes in flight; default
+	// ingest.DefaultConcurrency (16).
 	Concurrency int
 	// Threshold is the share of a step's records that may be throttled
-	// or fail for the step to hold; default 0.05 (a client paced in 100 ms
-	// slices puts up to one slice more than its rate in some sliding
-	// second, so a partition at its limit throttles a few percent).
+	// or fail for the step to hold; default DefaultThreshold (0.05: a
+	// client paced in 100 ms slices puts up to one slice more than its
+	// rate in some sliding second, so a partition at its limit throttles
+	// a few percent).
 	Threshold float64
 	// Logger receives a line per step; default none.
 	Logger *slog.Logger
@@ -90,14 +102,14 @@ type Report struct {
 // failed. It returns the report so far with ctx's cause when ctx is done,
 // and an error when the configuration is invalid.
 func Stress(ctx context.Context, s ingest.Sink, cfg Config) (Report, error) {
-	cfg.Start = cmp.Or(cfg.Start, 100)
+	cfg.Start = cmp.Or(cfg.Start, DefaultStart)
 	cfg.Step = cmp.Or(cfg.Step, cfg.Start)
-	cfg.Max = cmp.Or(cfg.Max, 100_000)
-	cfg.StepEvery = cmp.Or(cfg.StepEvery, 10*time.Second)
+	cfg.Max = cmp.Or(cfg.Max, DefaultMax)
+	cfg.StepEvery = cmp.Or(cfg.StepEvery, DefaultStepEvery)
 	cfg.Prefix = cmp.Or(cfg.Prefix, "stress-"+strconv.FormatInt(time.Now().UnixMilli(), 10))
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, 100)
-	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
-	cfg.Threshold = cmp.Or(cfg.Threshold, 0.05)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, ingest.DefaultMaxBatch)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, ingest.DefaultConcurrency)
+	cfg.Threshold = cmp.Or(cfg.Threshold, DefaultThreshold)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -108,6 +108,58 @@ func TestCostlyRecordsHoldThePoolSecond(t *testing.T) {
 	})
 }
 
+// Records costlier than a worker's share pass the turn to send them from
+// worker to worker: a worker whose turn ends keeps counting its lease
+// until the record it sent last is covered by the credit it earned (it
+// was admitted against the second that followed), so the next worker's
+// first record never shares a sliding second with it. Cost 700 at
+// 1,000/s with three workers, and 200 KiB records in a 400 KiB/s bytes
+// pool with two: the sink, strict about its sliding second, throttles
+// nothing, and each record is stored once.
+func TestCostlyTurnsPassWithoutOverlap(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		unit     ingest.Unit
+		capacity int64
+		cost     string // the pricing rule; "" for bytes
+		size     int    // record size in bytes; 0: small
+		n        int
+		workers  int
+	}{
+		{"cost 700 of 1,000 RU/s, three workers", ingest.UnitCost, 1000, "700", 0, 45, 3},
+		{"200 KB of 400 KiB/s, two workers", ingest.UnitBytes, 400 << 10, "", 200_000, 40, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				w := newWorld(t, sinksim.Config{Capacity: tc.capacity, Unit: tc.unit})
+				pool := w.pool(lease.Pool{Name: "turns", Capacity: float64(tc.capacity), Unit: tc.unit, Partitions: 10})
+				pricing := ingest.Pricing{Unit: tc.unit}
+				if tc.cost != "" {
+					var err error
+					pricing, err = ingest.ParseCost(tc.unit, tc.cost)
+					require.NoError(t, err)
+				}
+				w.queue.add(records("t", tc.n, func(int) int { return tc.size })...)
+				var stops []func() error
+				for i := range tc.workers {
+					stops = append(stops, w.start(string(rune('a'+i)), worker.Config{Pool: pool, IDField: "id", Pricing: pricing}))
+				}
+				w.drain(10*time.Minute, stops...)
+
+				st := w.sim.Stats()
+				most := w.busiest(time.Second, 0)
+				first, last := w.span()
+				t.Logf("busiest second %d of %d, %d throttled, %s for %d records", most, tc.capacity, st.Throttled, last-first, tc.n)
+				require.EqualValues(t, tc.n, w.stored(), "every record once")
+				require.LessOrEqual(t, most, tc.capacity, "no sliding second over the pool, across the turns")
+				require.Zero(t, st.Throttled, "a strict sink refuses nothing")
+			})
+		})
+	}
+}
+
 // A bytes pool with records of very different sizes: the sink's sliding
 // second in bytes never exceeds the capacity, and nothing is throttled.
 func TestBytesPoolWithMixedSizesStaysWithinCapacity(t *testing.T) {

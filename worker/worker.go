@@ -2,7 +2,7 @@
 // topic's consumer group (queue.Source), leases on a capacity pool in Redis
 // (lease.Manager), the slice pacer over them (pacing.Pacer) and the
 // pipeline that drains the one into the sink at the other's rate
-// (ingest.Pipeline), from one Config whose defaults are filled and checked
+// (pipeline.Pipeline), from one Config whose defaults are filled and checked
 // in one place. The CLI, the benchmarks and the tests all build workers
 // here.
 //
@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/pacing"
+	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sink"
 )
@@ -105,13 +107,17 @@ type Config struct {
 	// covers it, and the sink's own timeouts must fit inside it. Defaults to
 	// ingest.DefaultRequestTimeout (2 s).
 	RequestTimeout time.Duration
+	// MaxRetryAfter caps how long a sink's Retry-After holds writes back:
+	// a paused sink, a throttled key range, a retried record. Defaults to
+	// ingest.DefaultMaxRetryAfter (30 s).
+	MaxRetryAfter time.Duration
 	// Grace is how long in-flight writes may finish at shutdown. Defaults
 	// to ingest.DefaultGrace (10 s).
 	Grace time.Duration
 	// ReadyAfter is how long a failure lasts before the worker reports
 	// itself not ready. Defaults to ingest.DefaultReadyAfter (30 s).
 	ReadyAfter time.Duration
-	// StallTimeout makes Run return an *ingest.StalledError when a failure
+	// StallTimeout makes Run return an *pipeline.StalledError when a failure
 	// lasts this long. Default 0: never.
 	StallTimeout time.Duration
 	// MaxBatch is the most records per sink request. Defaults to
@@ -121,7 +127,7 @@ type Config struct {
 	// ingest.DefaultConcurrency (16).
 	Concurrency int
 	// MaxInFlightBytes bounds memory: the most bytes of records fetched
-	// and not finished (see ingest.PipelineConfig.MaxInFlightBytes).
+	// and not finished (see pipeline.Config.MaxInFlightBytes).
 	// Defaults to ingest.DefaultMaxInFlightBytes (64 MiB).
 	MaxInFlightBytes int64
 	// MaxInFlight, when > 0, also bounds the records fetched and not
@@ -158,6 +164,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Guard = cmp.Or(c.Guard, pacing.DefaultGuard)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, ingest.DefaultRequestTimeout)
 	c.Grace = cmp.Or(c.Grace, ingest.DefaultGrace)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, ingest.DefaultMaxRetryAfter)
 	c.ReadyAfter = cmp.Or(c.ReadyAfter, ingest.DefaultReadyAfter)
 	c.MaxBatch = cmp.Or(c.MaxBatch, ingest.DefaultMaxBatch)
 	c.Concurrency = cmp.Or(c.Concurrency, ingest.DefaultConcurrency)
@@ -189,6 +196,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, invalid("Guard", "must be within [0, Slice %s), got %s", c.Slice, c.Guard)
 	case c.RequestTimeout < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0:
 		return c, invalid("RequestTimeout, Grace, ReadyAfter, StallTimeout", "must not be negative")
+	case c.MaxRetryAfter < time.Second:
+		return c, invalid("MaxRetryAfter", "must be ≥ 1s, got %s", c.MaxRetryAfter)
 	case c.Reserved < 0 || c.Reserved > c.Pool.Partitions:
 		return c, invalid("Reserved", "must be within 0..%d (the pool's partitions), got %d", c.Pool.Partitions, c.Reserved)
 	}
@@ -213,9 +222,10 @@ type Worker struct {
 	cfg      Config
 	layers   []ingest.Runner // in the order they stop
 	close    func() error    // releases the source of a worker that will not run
+	once     sync.Once       // Run or Close: the source is released once
 	lease    *lease.Manager
 	pacer    *pacing.Pacer
-	pipeline *ingest.Pipeline
+	pipeline *pipeline.Pipeline
 }
 
 // New checks cfg, fills its defaults and builds the worker. The consumer
@@ -233,15 +243,17 @@ func New(cfg Config) (_ *Worker, err error) {
 		return nil, &ConfigError{Field: "Sink, DeadLetters", Err: errors.New("both are required")}
 	}
 	log := cfg.Logger
+	var pacer *pacing.Pacer // the lease manager asks it before giving capacity back
 	mgr, err := lease.New(lease.Config{
 		Pool: cfg.Pool, WorkerID: cfg.WorkerID, RequestTimeout: cfg.RequestTimeout, Slice: cfg.Slice,
 		Reserved: cfg.Reserved, Logger: log,
+		Releasable: func(now time.Time, rate float64) bool { return pacer.Releasable(now, rate) },
 	}, cfg.Redis...)
 	if err != nil {
 		return nil, err
 	}
 	log = log.With("worker", mgr.WorkerID())
-	pacer, err := pacing.New(pacing.Config{Slice: cfg.Slice, Guard: cfg.Guard}, mgr)
+	pacer, err = pacing.New(pacing.Config{Slice: cfg.Slice, Guard: cfg.Guard}, mgr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -264,7 +276,7 @@ func New(cfg Config) (_ *Worker, err error) {
 	if cfg.Metrics != nil {
 		observe = cfg.Metrics.ObserveWrite(cfg.Pool.Name)
 	}
-	pl, err := ingest.NewPipeline(ingest.PipelineConfig{
+	pl, err := pipeline.New(pipeline.Config{
 		Pricing:          cfg.Pricing,
 		IDField:          cfg.IDField,
 		MaxBatch:         cfg.MaxBatch,
@@ -274,6 +286,7 @@ func New(cfg Config) (_ *Worker, err error) {
 		MaxRecordCost:    int64(cfg.Pool.Capacity),
 		Slice:            cfg.Slice,
 		RequestTimeout:   cfg.RequestTimeout,
+		MaxRetryAfter:    cfg.MaxRetryAfter,
 		Grace:            cfg.Grace,
 		ReadyAfter:       cfg.ReadyAfter,
 		StallTimeout:     cfg.StallTimeout,
@@ -283,11 +296,11 @@ func New(cfg Config) (_ *Worker, err error) {
 		Counters:         cfg.Counters,
 		ObserveWrite:     observe,
 		Processor:        cfg.Processor,
-	}, ingest.Ports{
+	}, pipeline.Ports{
 		Source:      src,
 		DeadLetters: cfg.DeadLetters,
 		Sink:        cfg.Sink,
-		Retry:       sink.Policy{MaxAttempts: cfg.MaxAttempts},
+		Retry:       sink.Policy{MaxAttempts: cfg.MaxAttempts, MaxRetryAfter: cfg.MaxRetryAfter},
 		Pacer:       pacer,
 		Capacity:    mgr,
 	})
@@ -304,25 +317,57 @@ func New(cfg Config) (_ *Worker, err error) {
 		if l, ok := src.(ingest.Lagger); ok {
 			lag = l.Lag
 		}
-		cfg.Metrics.Add(metrics.Worker{Pool: cfg.Pool.Name, Lease: mgr, Pacer: pacer, Lag: lag, Sink: pl}, cfg.Counters)
+		cfg.Metrics.Add(metrics.Worker{Pool: cfg.Pool.Name, Lease: mgr, Pacer: pacer, Lag: lag, Sink: w}, cfg.Counters)
 	}
 	return w, nil
 }
 
 // Run runs the worker until ctx is done or the pipeline gives up (see
 // Config.StallTimeout), then stops it in dependency order. It returns the
-// pipeline's *ingest.StalledError, or the errors of stopping, joined.
+// pipeline's *pipeline.StalledError, or the errors of stopping, joined.
 func (w *Worker) Run(ctx context.Context) error {
+	ran := false
+	w.once.Do(func() { ran = true })
+	if !ran {
+		return errors.New("worker: Run after Run or Close")
+	}
 	return ingest.RunStack(ctx, w.layers...)
 }
 
 // Close releases a worker that will not Run (its Kafka consumer's
-// connections); Run releases them itself.
-func (w *Worker) Close() error { return w.close() }
+// connections); Run releases them itself, and Close after Run does
+// nothing.
+func (w *Worker) Close() (err error) {
+	w.once.Do(func() { err = w.close() })
+	return err
+}
 
-// Ready returns nil while the worker can make progress (see
-// ingest.Pipeline.Ready).
-func (w *Worker) Ready() error { return w.pipeline.Ready() }
+// Rate returns the rate, in units/s, the worker's valid leases allow at
+// now.
+func (w *Worker) Rate(now time.Time) float64 { return w.lease.Rate(now) }
+
+// ErrRedisUnreachable is wrapped by Ready's error once the worker's Redis
+// has been unreachable for Config.ReadyAfter.
+var ErrRedisUnreachable = errors.New("worker: Redis unreachable")
+
+// Ready returns nil while the worker can make progress, and an error
+// naming the failure once one has lasted Config.ReadyAfter: the sink
+// paused, the dead-letter topic or the queue unreachable
+// (pipeline.Pipeline.Ready), or Redis unreachable (its leases then stop
+// counting as they near expiry, and no new one can be taken).
+func (w *Worker) Ready() error {
+	if d := w.lease.RedisUnreachable(time.Now()); d >= w.cfg.ReadyAfter {
+		return fmt.Errorf("%w for %s", ErrRedisUnreachable, d.Round(time.Second))
+	}
+	return w.pipeline.Ready()
+}
+
+// SinkPaused reports whether the worker paused its sink after a failure
+// of a whole request, and since when (pipeline.Pipeline.SinkPaused).
+func (w *Worker) SinkPaused() (paused bool, since time.Time) { return w.pipeline.SinkPaused() }
+
+// SinkPausedTotal returns how long the sink has been paused in all.
+func (w *Worker) SinkPausedTotal() time.Duration { return w.pipeline.SinkPausedTotal() }
 
 // Lease returns the worker's lease manager.
 func (w *Worker) Lease() *lease.Manager { return w.lease }
@@ -331,7 +376,7 @@ func (w *Worker) Lease() *lease.Manager { return w.lease }
 func (w *Worker) Pacer() *pacing.Pacer { return w.pacer }
 
 // Pipeline returns the worker's pipeline.
-func (w *Worker) Pipeline() *ingest.Pipeline { return w.pipeline }
+func (w *Worker) Pipeline() *pipeline.Pipeline { return w.pipeline }
 
 // Counters returns the running totals the worker adds to.
 func (w *Worker) Counters() *ingest.Counters { return w.cfg.Counters }

@@ -14,7 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/recordtype"
 )
@@ -91,7 +91,7 @@ func apiCommand() *cli.Command {
 			}
 			admin := queue.Admin{Brokers: brokers, Conn: conn}
 			for _, t := range types {
-				if err := ensureTopics(c.Context, admin, t.Topic, c.Int("topic-partitions")); err != nil {
+				if err := admin.EnsureTopics(c.Context, t.Topic, c.Int("topic-partitions")); err != nil {
 					return err
 				}
 			}
@@ -112,7 +112,7 @@ func apiCommand() *cli.Command {
 				return usageError(fmt.Errorf("--listen: %w", err))
 			}
 			log.Info("api: listening", "addr", ln.Addr().String(), "types", len(types))
-			return metrics.Serve(c.Context, ln, h, 30*time.Second) // drains in-flight requests
+			return httpserver.Serve(c.Context, ln, h, 30*time.Second) // drains in-flight requests
 		},
 	}
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,55 +122,7 @@ func bulkLoad(c *cli.Context) error {
 		inProcess = !c.IsSet("brokers") || !c.IsSet("sink")
 	}
 	setMemoryLimit(c, inProcess, s.log)
-	brokers, conn := s.worker.Brokers, s.worker.Kafka
-	if err := checkKafka(ctx, brokers, conn); err != nil {
-		return err
-	}
-	clients, err := connectRedis(ctx, s.redis, s.log)
-	if err != nil {
-		return err
-	}
-	defer closeAll(clients)
-	if err := ensurePool(ctx, &s, clients); err != nil {
-		return err
-	}
-	admin := queue.Admin{Brokers: brokers, Conn: conn}
-	// At least one partition per worker, or a worker would hold leases
-	// with nothing to consume.
-	if err := ensureTopics(ctx, admin, s.worker.Topic, max(c.Int("topic-partitions"), workers)); err != nil {
-		return err
-	}
-	// The load polls offsets and the group every 200 ms: one transport
-	// for all of it, opened once the topics exist.
-	admin = admin.Shared()
-	defer admin.Close()
-	target, err := sink.Open(ctx, s.sinkURL, s.sinkOpts)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	if err := preflightSink(ctx, target, s); err != nil {
-		return err
-	}
-	statsSink, _ := target.(ingest.StatsSink)
-	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, RoundRobin: true, Compression: c.String("kafka-compression"), Logger: s.log})
-	if err != nil {
-		return usageError(fmt.Errorf("--kafka-compression: %w", err))
-	}
-	defer producer.Close()
-	kafkaDLQ, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers, Conn: conn, Logger: s.log})
-	if err != nil {
-		return err
-	}
-	defer kafkaDLQ.Close()
-	var dlq ingest.DeadLetters = kafkaDLQ
-	if deadLetterPath != "" {
-		f := bulkload.NewDeadLetterFile(deadLetterPath)
-		defer f.Close()
-		dlq = bulkload.Tee{f, kafkaDLQ}
-	}
-
-	loadID, workerPrefix, err := loadIdentity(c, in, s)
+	loadID, workerPrefix, err := bulkload.Identity(in, s.worker.Topic, !c.Bool("no-resume"), s.log)
 	if err != nil {
 		return err
 	}
@@ -180,78 +130,64 @@ func bulkLoad(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	counters := new(ingest.Counters)
-	start := make(chan struct{})
-	var runners []ingest.Runner // the workers the load runs
-	var built []*worker.Worker
-	defer func() {
-		if len(runners) == 0 { // the load never ran them
-			for _, w := range built {
-				_ = w.Close()
-			}
-		}
-	}()
-	for i := range workers {
-		cfg := s.worker
-		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Counters, cfg.Metrics = clients, target, dlq, counters, col
+	counters, start := new(ingest.Counters), make(chan struct{})
+	job := worker.Job{Config: s.worker, SinkURL: s.sinkURL, Sink: s.sinkOpts, Workers: workers, TopicPartitions: c.Int("topic-partitions"),
 		// The same load's workers keep their IDs across runs, so a rerun
 		// after a crash takes over its own leases at once.
-		cfg.WorkerID = fmt.Sprintf("bulk-%s-%d", workerPrefix, i)
-		cfg.LeaseAhead, cfg.Start = true, start
-		cfg.StallTimeout = cmp.Or(cfg.StallTimeout, c.Duration("sink-timeout"))
-		w, err := worker.New(cfg)
-		if err != nil {
-			return usageError(err)
-		}
-		built = append(built, w)
+		WorkerID: func(i int) string { return fmt.Sprintf("bulk-%s-%d", workerPrefix, i) }}
+	job.Config.Counters, job.Config.LeaseAhead, job.Config.Start = counters, true, start
+	job.Config.StallTimeout = cmp.Or(job.Config.StallTimeout, c.Duration("sink-timeout"))
+	setup := worker.Setup{Redis: s.redis, Jobs: []worker.Job{job}, Preflight: true, Metrics: col, Logger: s.log}
+	if deadLetterPath != "" {
+		f := bulkload.NewDeadLetterFile(deadLetterPath)
+		defer f.Close()
+		setup.DeadLetterCopy = f
 	}
+	proc, err := worker.Start(ctx, setup)
+	if err != nil {
+		return startError(err)
+	}
+	defer proc.Close()
+	// The load polls offsets and the group every 200 ms: one transport
+	// for all of it.
+	admin := proc.Admin.Shared()
+	defer admin.Close()
+	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: s.worker.Brokers, Conn: s.worker.Kafka, RoundRobin: true, Compression: c.String("kafka-compression"), Logger: s.log})
+	if err != nil {
+		return usageError(fmt.Errorf("--kafka-compression: %w", err))
+	}
+	defer producer.Close()
+	pool := proc.Jobs[0].Config.Pool
 	cfg := bulkload.Config{
-		Topic: s.worker.Topic, Group: s.worker.Group, Capacity: s.worker.Pool.Capacity, Unit: s.worker.Pool.Unit,
+		Topic: s.worker.Topic, Group: s.worker.Group, Capacity: pool.Capacity, Unit: pool.Unit,
 		IDField: s.worker.IDField, LoadID: loadID, MaxDeadLetters: limit, SinkTimeout: c.Duration("sink-timeout"), Logger: s.log,
 	}
 	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Bar = f
 	}
-	ports := bulkload.Ports{
-		File:        rows,
-		Producer:    producer,
-		DeadLetters: dlq,
-		Offsets:     admin,
-		Counters:    counters,
-		Rate: func(now time.Time) float64 {
-			var sum float64
-			for _, w := range built {
-				sum += w.Lease().Rate(now)
-			}
-			return sum
-		},
-		Sink:  statsSink,
-		Start: start,
-	}
+	ports := bulkload.Ports{File: rows, Producer: producer, DeadLetters: proc.DeadLetters, Offsets: admin, Counters: counters, Start: start}
+	ports.Sink, _ = proc.Sink(0).(ingest.StatsSink)
 	if loadID != "" {
-		ports.Progress = bulkload.RedisProgress{Client: clients[0]}
+		ports.Progress = bulkload.RedisProgress{Client: proc.Redis[0]}
 	}
-	for _, w := range built {
+	for _, w := range proc.Workers[0] {
 		ports.Workers = append(ports.Workers, w)
 	}
 	load, err := bulkload.New(cfg, ports)
 	if err != nil {
 		return err
 	}
-	runners = ports.Workers
-	ready := func(ctx context.Context) error {
-		for _, w := range built {
-			if err := w.Ready(); err != nil {
-				return err
-			}
-		}
-		return admin.Ping(ctx)
-	}
 	var summary bulkload.Summary
-	err = withMetrics(ctx, c.String("metrics-addr"), reg, ready, func(ctx context.Context) (err error) {
+	err = withMetrics(ctx, c.String("metrics-addr"), reg, proc.Ready, func(ctx context.Context) (err error) {
 		summary, err = load.Run(ctx)
 		return err
 	})
+	return reportLoad(c, summary, err, s.worker.Topic, deadLetterPath)
+}
+
+// reportLoad prints the summary (and writes it to --summary-json) and
+// returns the load's outcome as the command's exit.
+func reportLoad(c *cli.Context, summary bulkload.Summary, err error, topic, deadLetterPath string) error {
 	summary.WriteText(c.App.Writer)
 	if path := c.String("summary-json"); path != "" {
 		data, jerr := json.MarshalIndent(summary, "", "  ")
@@ -268,7 +204,7 @@ func bulkLoad(c *cli.Context) error {
 	case err != nil:
 		return err
 	case summary.RecordsDeadLettered > 0:
-		where := s.worker.Topic + ".dlq"
+		where := queue.DeadLetterTopic(topic)
 		if deadLetterPath != "" {
 			where += " and " + deadLetterPath
 		}
@@ -300,76 +236,31 @@ func wantedFields(s settings) map[string]string {
 	return want
 }
 
-// preflightSink checks, before anything is produced, that the sink answers
-// (opening the connections the workers will use); exit 1 otherwise.
-func preflightSink(ctx context.Context, target ingest.Sink, s settings) error {
-	w, ok := target.(ingest.Warmer)
-	if !ok {
-		return nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, s.worker.RequestTimeout)
-	defer cancel()
-	if err := w.Warm(wctx, max(s.worker.Concurrency, 1)); err != nil {
-		return fmt.Errorf("--sink %s: %w", sink.Redact(s.sinkURL), err)
-	}
-	return nil
-}
-
-// loadIdentity returns the load's identity (topic and the inputs'
-// content, for resuming; "" with --no-resume or for standard input) and
-// the prefix of its workers' IDs (the identity's, so a rerun takes over
-// its own leases at once; random without one).
-func loadIdentity(c *cli.Context, in *bulkload.Input, s settings) (loadID, workerPrefix string, err error) {
-	if c.Bool("no-resume") {
-		return "", randomHex(), nil
-	}
-	digest, err := in.Digest()
-	if errors.Is(err, bulkload.ErrNoIdentity) {
-		s.log.Warn("the input is read from standard input: a rerun of this load cannot resume, it produces every row again (the sink stores each ID once)")
-		return "", randomHex(), nil
-	}
-	if err != nil {
-		return "", "", err
-	}
-	id := bulkload.LoadID(s.worker.Topic, digest)
-	return id, id[:8], nil
-}
-
-func randomHex() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // embeddedMaxInputMiB is --embedded-max-input's default: kfake holds 1.8
 // GiB for 1,000,000 USGS rows (190 MB of CSV), so 256 MiB of input is
 // about 2.5 GiB of memory.
 const embeddedMaxInputMiB = 256
 
 // checkEmbeddedSize refuses, with --embedded, an input over
-// --embedded-max-input (estimated uncompressed), naming the command that
-// loads it through real services, and warns over a quarter of the limit
-// or when the size is unknown (standard input).
+// --embedded-max-input (bulkload.Input.CheckEmbedded), naming the command
+// that loads it through real services, and warns over a quarter of the
+// limit or when the size is unknown (standard input).
 func checkEmbeddedSize(c *cli.Context, in *bulkload.Input, log *slog.Logger) error {
-	limitMiB := int64(c.Int("embedded-max-input"))
-	if limitMiB <= 0 || c.IsSet("brokers") {
-		return nil // no limit, or the broker is not in-process
+	if c.IsSet("brokers") {
+		return nil // the broker is not in-process
 	}
-	est, known := in.EstimatedBytes()
-	if !known {
-		log.Warn("--embedded: the size of standard input is unknown; the in-process Kafka broker keeps every record in memory (about 10 times the CSV size); for large inputs use real services",
-			"instead", realServicesCommand(c))
-		return nil
-	}
-	limit, mib := limitMiB<<20, float64(est)/(1<<20)
-	if est > limit {
+	mib, warn, err := in.CheckEmbedded(int64(c.Int("embedded-max-input")))
+	switch {
+	case err != nil:
 		return usageError(fmt.Errorf("--embedded: the input is about %.1f MiB (uncompressed estimate), over --embedded-max-input %d MiB: "+
 			"the in-process Kafka broker keeps every record in memory (about 10 times the CSV size). Load it through real services instead:\n  %s",
-			mib, limitMiB, realServicesCommand(c)))
-	}
-	if est > limit/4 {
+			mib, c.Int("embedded-max-input"), realServicesCommand(c)))
+	case warn && mib == 0:
+		log.Warn("--embedded: the size of standard input is unknown; the in-process Kafka broker keeps every record in memory (about 10 times the CSV size); for large inputs use real services",
+			"instead", realServicesCommand(c))
+	case warn:
 		log.Warn("--embedded: a large input for the in-process Kafka broker, which keeps every record in memory (about 10 times the CSV size)",
-			"input_mib", math.Round(mib*10)/10, "limit_mib", limitMiB, "instead", realServicesCommand(c))
+			"input_mib", math.Round(mib*10)/10, "limit_mib", c.Int("embedded-max-input"), "instead", realServicesCommand(c))
 	}
 	return nil
 }
@@ -548,7 +439,7 @@ func produceCommand() *cli.Command {
 				return err
 			}
 			topic := f.String("topic")
-			if err := ensureTopics(c.Context, queue.Admin{Brokers: brokers, Conn: conn}, topic, c.Int("topic-partitions")); err != nil {
+			if err := (queue.Admin{Brokers: brokers, Conn: conn}).EnsureTopics(c.Context, topic, c.Int("topic-partitions")); err != nil {
 				return err
 			}
 			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, Compression: c.String("kafka-compression"), Logger: log})

@@ -9,13 +9,10 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sync/errgroup"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/metrics"
-	"github.com/sluicehq/sluice/queue"
-	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/sinksim"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -64,71 +61,28 @@ func runWorker(c *cli.Context) error {
 	if err != nil {
 		return usageError(err)
 	}
-	ctx := c.Context
-	first := all[0].worker
-	if err := checkKafka(ctx, first.Brokers, first.Kafka); err != nil {
-		return err
-	}
-	clients, err := connectRedis(ctx, all[0].redis, all[0].log)
-	if err != nil {
-		return err
-	}
-	defer closeAll(clients)
-	admin := queue.Admin{Brokers: first.Brokers, Conn: first.Kafka}
-	dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: first.Brokers, Conn: first.Kafka, Logger: all[0].log})
-	if err != nil {
-		return err
-	}
-	defer dlq.Close()
 	reg, col, err := newMetrics(c)
 	if err != nil {
 		return err
 	}
-	sinks := map[string]sink.Opened{}
-	var workers []*worker.Worker
-	for i := range all {
-		s := &all[i]
-		if err := ensurePool(ctx, s, clients); err != nil {
-			return err
+	jobs := make([]worker.Job, len(all))
+	for i, s := range all {
+		jobs[i] = worker.Job{Config: s.worker, SinkURL: s.sinkURL, Sink: s.sinkOpts, Workers: 1, TopicPartitions: c.Int("topic-partitions")}
+		if id := c.String("worker-id"); id != "" && len(all) > 1 {
+			jobs[i].Config.WorkerID = id + "-" + s.typeName
+		} else {
+			jobs[i].Config.WorkerID = id
 		}
-		if err := ensureTopics(ctx, admin, s.worker.Topic, c.Int("topic-partitions")); err != nil {
-			return err
-		}
-		if sinks[s.sinkURL] == nil {
-			opened, err := sink.Open(ctx, s.sinkURL, s.sinkOpts)
-			if err != nil {
-				return err
-			}
-			defer opened.Close()
-			sinks[s.sinkURL] = opened
-		}
-		cfg := s.worker
-		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Metrics = clients, sinks[s.sinkURL], dlq, col
-		if cfg.WorkerID = c.String("worker-id"); cfg.WorkerID != "" && len(all) > 1 {
-			cfg.WorkerID += "-" + s.typeName
-		}
-		w, err := worker.New(cfg)
-		if err != nil {
-			return usageError(err)
-		}
-		workers = append(workers, w)
-		s.log.Info("worker started", "type", s.typeName, "topic", cfg.Topic, "group", cfg.Group, "pool", cfg.Pool.Name)
 	}
-	ready := func(ctx context.Context) error {
-		for _, w := range workers {
-			if err := w.Ready(); err != nil {
-				return err
-			}
-		}
-		return admin.Ping(ctx)
+	proc, err := worker.Start(c.Context, worker.Setup{Redis: all[0].redis, Jobs: jobs, Metrics: col, Logger: all[0].log})
+	if err != nil {
+		return startError(err)
 	}
-	return withMetrics(ctx, c.String("metrics-addr"), reg, ready, func(ctx context.Context) error {
-		g, ctx := errgroup.WithContext(ctx)
-		for _, w := range workers {
-			g.Go(func() error { return w.Run(ctx) })
-		}
-		return g.Wait()
-	})
+	defer proc.Close()
+	for i, job := range proc.Jobs {
+		all[i].log.Info("worker started", "type", all[i].typeName, "topic", job.Config.Topic, "group", job.Config.Group, "pool", job.Config.Pool.Name)
+	}
+	return withMetrics(c.Context, c.String("metrics-addr"), reg, proc.Ready, proc.Run)
 }
 
 func sinkSimCommand() *cli.Command {
@@ -161,7 +115,7 @@ func sinkSimCommand() *cli.Command {
 				return usageError(fmt.Errorf("--listen: %w", err))
 			}
 			log.Info("sink emulator listening", "addr", ln.Addr().String(), "capacity_units_per_s", cfg.Capacity, "mode", cfg.Mode)
-			return metrics.Serve(c.Context, ln, sim.Handler(), 5*time.Second)
+			return httpserver.Serve(c.Context, ln, sim.Handler(), httpserver.DefaultDrain)
 		},
 	}
 }

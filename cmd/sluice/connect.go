@@ -135,24 +135,14 @@ func redisConfig(c *cli.Context) (lease.RedisConfig, error) {
 	return cfg, nil
 }
 
-// connectRedis builds the Redis clients and checks, within 10 s, that a
-// quorum answers with the credentials given: a wrong password fails the
-// command at start-up (exit 1) instead of being retried silently. go-redis's
-// own log lines go to log from then on (go-redis keeps one logger per
-// process; a command connects once).
+// connectRedis opens the Redis clients and checks that a quorum answers
+// (lease.Connect); an invalid setting is a usage error.
 func connectRedis(ctx context.Context, cfg lease.RedisConfig, log *slog.Logger) ([]redis.UniversalClient, error) {
-	redis.SetLogger(lease.RedisLogs(log))
-	clients, err := lease.OpenRedis(cfg)
-	if err != nil {
+	clients, err := lease.Connect(ctx, cfg, log)
+	if errors.Is(err, lease.ErrInvalidConfig) {
 		return nil, usageError(fmt.Errorf("--redis-*: %w", err))
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := lease.PingRedis(pctx, clients...); err != nil {
-		closeAll(clients)
-		return nil, err
-	}
-	return clients, nil
+	return clients, err
 }
 
 // checkKafka checks, within 10 s, that the brokers answer with the TLS and

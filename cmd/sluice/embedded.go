@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/urfave/cli/v2"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sinksim"
 )
@@ -69,12 +68,9 @@ func startEmbedded(ctx context.Context, c *cli.Context, s *settings) (_ *embedde
 		if err != nil {
 			return nil, fmt.Errorf("start embedded sink emulator: %w", err)
 		}
-		simCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan error, 1)
-		go func() { done <- metrics.Serve(simCtx, ln, sim.Handler(), 5*time.Second) }()
+		stop := httpserver.Background(ctx, ln, sim.Handler(), httpserver.DefaultDrain)
 		e.closers = append(e.closers, func() {
-			stop()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			if err := stop(); err != nil && !errors.Is(err, context.Canceled) {
 				s.log.Warn("embedded sink emulator stopped with an error", "err", err)
 			}
 		})

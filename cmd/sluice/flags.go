@@ -125,6 +125,7 @@ func pipelineFlags() []cli.Flag {
 		intFlag("max-in-flight", 0, "most records fetched but not finished, besides --max-in-flight-bytes; 0: no count of its own"),
 		durationFlag("request-timeout", ingest.DefaultRequestTimeout, "deadline of every sink write; the lease safety margin covers it and the sink's own timeouts must fit in it"),
 		durationFlag("grace", ingest.DefaultGrace, "on SIGTERM, how long in-flight writes may finish"),
+		durationFlag("max-retry-after", ingest.DefaultMaxRetryAfter, "cap on how long a sink's Retry-After holds writes back (a paused sink, a throttled key range, a retried record): a sink that asks for an hour is probed again after this"),
 		intFlag("max-attempts", sink.DefaultMaxAttempts, "write attempts per record the sink answers retryable before it is dead-lettered (throttling and failures of whole requests never count)"),
 		durationFlag("ready-after", ingest.DefaultReadyAfter, "how long a failure (sink paused, dead-letter topic or Kafka unreachable) lasts before /readyz reports not ready"),
 		durationFlag("stall-timeout", 0, "give up (exit 1) when such a failure lasts this long; 0: never (bulk-load: --sink-timeout)"),

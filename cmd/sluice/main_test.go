@@ -44,7 +44,7 @@ func runCLIWithStdin(t *testing.T, stdin io.Reader, args ...string) (code int, s
 		// working directory; a test keeps its own.
 		args = slices.Insert(args, 1, "--dead-letter-file", filepath.Join(t.TempDir(), "dlq.ndjson"))
 	}
-	var out, errOut bytes.Buffer
+	var out, errOut lockedBuffer // go-redis logs from goroutines of its own through the logger a command installs
 	code = run(append([]string{"sluice"}, args...), stdin, &out, &errOut)
 	return code, out.String(), errOut.String()
 }

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 
+	"github.com/sluicehq/sluice/httpserver"
 	"github.com/sluicehq/sluice/metrics"
 )
 
@@ -41,10 +41,7 @@ func withMetrics(ctx context.Context, addr string, reg *prometheus.Registry, rea
 	if err != nil {
 		return usageError(fmt.Errorf("--metrics-addr: %w", err))
 	}
-	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	served := make(chan error, 1)
-	go func() { served <- metrics.Serve(sctx, ln, metrics.Handler(reg, ready), 5*time.Second) }()
+	stop := httpserver.Background(ctx, ln, metrics.Handler(reg, ready), httpserver.DefaultDrain)
 	err = run(ctx)
-	stop()
-	return errors.Join(err, <-served)
+	return errors.Join(err, stop())
 }

@@ -58,7 +58,7 @@ func TestWorkerAdoptsAPoolChangedBySet(t *testing.T) {
 	out := logs.String()
 	require.Contains(t, out, `msg="pool defined differently in Redis; running with the stored definition"`)
 	require.Contains(t, out, `stored="capacity 1000 records/s, 10 partitions, ttl 15s"`, "names the stored definition")
-	require.Contains(t, out, `flags="capacity 2000 records/s, 20 partitions, ttl 15s"`, "and the flags'")
+	require.Contains(t, out, `given="capacity 2000 records/s, 20 partitions, ttl 15s"`, "and the flags'")
 
 	// It runs with the stored capacity once the switch instant has passed.
 	want := `sluice_pool_capacity_units_per_second{pool="quakes"} 1000`

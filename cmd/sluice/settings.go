@@ -2,19 +2,15 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/recordtype"
 	"github.com/sluicehq/sluice/sink"
 	"github.com/sluicehq/sluice/worker"
@@ -91,6 +87,7 @@ var flagOf = map[string]string{
 	"MaxInFlight":      "--max-in-flight",
 	"MaxInFlightBytes": "--max-in-flight-bytes",
 	"MaxAttempts":      "--max-attempts",
+	"MaxRetryAfter":    "--max-retry-after",
 	"Reserved":         "--reserved-partitions",
 	"Pool.Name":        "--pool",
 	"Pool.Capacity":    "--capacity",
@@ -146,6 +143,7 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 			Guard:            c.Duration("send-guard"),
 			RequestTimeout:   c.Duration("request-timeout"),
 			Grace:            c.Duration("grace"),
+			MaxRetryAfter:    c.Duration("max-retry-after"),
 			ReadyAfter:       c.Duration("ready-after"),
 			StallTimeout:     c.Duration("stall-timeout"),
 			MaxBatch:         c.Int("batch-size"),
@@ -215,37 +213,20 @@ func readRamp(c *cli.Context) (lease.Ramp, error) {
 	return r, nil
 }
 
-// ensurePool stores the pool definition in every Redis master, or, when
-// one is stored already (a pool set by `sluice pool set`, a restarted pod),
-// runs with the stored one and says so. Two definitions that disagree at
-// creation are refused (exit 2) with both values named.
-func ensurePool(ctx context.Context, s *settings, clients []redis.UniversalClient) error {
-	for _, c := range clients {
-		stored, err := lease.EnsurePool(ctx, c, "", s.worker.Pool)
-		if err != nil {
-			if errors.Is(err, lease.ErrPoolMismatch) || errors.Is(err, lease.ErrInvalidPool) {
-				return usageError(err)
-			}
-			return err
-		}
-		if stored.Capacity != s.worker.Pool.Capacity || stored.Partitions != s.worker.Pool.Partitions {
-			s.log.Info("pool defined differently in Redis; running with the stored definition",
-				"pool", stored.Name, "stored", stored.String(), "flags", s.worker.Pool.String())
-			s.worker.Pool = stored
-		}
+// startError maps an error of worker.Start to the command's: one about the
+// setup (a setting, a pool defined differently in Redis) is a usage error
+// (exit 2) naming the flag where it can; any other is a failure (exit 1).
+func startError(err error) error {
+	if ce := (*worker.ConfigError)(nil); errors.As(err, &ce) && flagOf[ce.Field] != "" {
+		return usageError(fmt.Errorf("%s: %w", flagOf[ce.Field], ce.Err))
 	}
-	return nil
-}
-
-// ensureTopics creates topic with partitions partitions and its dead-letter
-// topic with one, unless they exist.
-func ensureTopics(ctx context.Context, admin queue.Admin, topic string, partitions int) error {
-	for t, parts := range map[string]int{topic: partitions, queue.DeadLetterTopic(topic): 1} {
-		if err := admin.EnsureTopic(ctx, t, parts); err != nil {
-			return err
-		}
+	switch {
+	case errors.Is(err, lease.ErrInvalidConfig):
+		return usageError(fmt.Errorf("--redis-*: %w", err))
+	case errors.Is(err, worker.ErrConfig), errors.Is(err, lease.ErrPoolMismatch), errors.Is(err, lease.ErrInvalidPool):
+		return usageError(err)
 	}
-	return nil
+	return err
 }
 
 // describeTypes names the types of a worker for its start-up line.

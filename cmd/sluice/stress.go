@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"text/tabwriter"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -27,13 +26,13 @@ func stressCommand() *cli.Command {
 		Flags: slices.Concat(inCategory(catConnect,
 			stringFlag("sink", "http://127.0.0.1:8088", "the sink to stress, as a `URL` (http(s)://, postgres://, azuretables://)"),
 		), []cli.Flag{
-			floatFlag("start", 100, "first step's rate, `records/s`"),
-			floatFlag("step", 100, "added to the rate every step, `records/s`"),
-			durationFlag("step-every", 10*time.Second, "how long each step lasts (≥ 1s)"),
-			floatFlag("max", 100_000, "highest rate tried, `records/s`"),
+			floatFlag("start", stress.DefaultStart, "first step's rate, `records/s`"),
+			floatFlag("step", 0, "added to the rate every step, `records/s` (0: --start)"),
+			durationFlag("step-every", stress.DefaultStepEvery, "how long each step lasts (≥ 1s)"),
+			floatFlag("max", stress.DefaultMax, "highest rate tried, `records/s`"),
 			floatFlag("target", 0, "the rate the partition must sustain for the verdict, `records/s` (e.g. 2000 for an Azure Tables partition); 0: no verdict"),
 			stringFlag("prefix", "", "the partition key and sink key prefix of every record (default stress-<unix ms>)"),
-			floatFlag("threshold", 0.05, "share of a step's records that may be throttled or fail while the step still holds"),
+			floatFlag("threshold", stress.DefaultThreshold, "share of a step's records that may be throttled or fail while the step still holds"),
 			intFlag("batch-size", ingest.DefaultMaxBatch, "most records per write"),
 			intFlag("concurrency", ingest.DefaultConcurrency, "most writes in flight"),
 			durationFlag("request-timeout", ingest.DefaultRequestTimeout, "sink request timeout"),

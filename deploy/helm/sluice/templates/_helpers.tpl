@@ -81,15 +81,71 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
 {{/*
-Plain environment variables, sorted: pass (list $chartSet $userSet); the
-user's (worker.env, api.env) win over the chart's.
+A list of addresses as the CLI takes it (host:port,host:port): a YAML list
+joined with commas, or a string as it is.
 */}}
-{{- define "sluice.env" -}}
-{{- $env := merge (deepCopy (index . 1)) (index . 0) }}
-{{- range $k := keys $env | sortAlpha }}
-- name: {{ $k }}
-  value: {{ index $env $k | toString | quote }}
+{{- define "sluice.list" -}}
+{{- if kindIs "slice" . }}{{ join "," . }}{{ else if . }}{{ toString . }}{{ end }}
 {{- end }}
+
+{{/*
+A container's environment as a YAML list: pass
+(list $ $chartVars "worker" $userEnv). $chartVars is a dict of the chart's
+plain variables, sorted by name; then the credentials from the Secret
+(sluice.credentials); then $userEnv (worker.env, api.env): a map of name to
+a value or to an EnvVar's body ({valueFrom: ...}), or a list of EnvVar
+objects. A user's entry replaces the chart's variable of the same name and
+comes last, so it may refer to the chart's as $(NAME).
+*/}}
+{{- define "sluice.envList" -}}
+{{- $ := index . 0 }}
+{{- $chart := index . 1 }}
+{{- $component := index . 2 }}
+{{- $userEnv := index . 3 | default dict }}
+{{- $user := list }}
+{{- if kindIs "slice" $userEnv }}
+{{- range $userEnv }}
+{{- if not (and (kindIs "map" .) .name) }}
+{{- fail (printf "%s.env: each entry of a list is an EnvVar with a name (name, and value or valueFrom), got %v" $component .) }}
+{{- end }}
+{{- $user = append $user (deepCopy .) }}
+{{- end }}
+{{- else if kindIs "map" $userEnv }}
+{{- range $name := keys $userEnv | sortAlpha }}
+{{- $v := index $userEnv $name }}
+{{- if kindIs "map" $v }}
+{{- $user = append $user (merge (dict "name" $name) (deepCopy $v)) }}
+{{- else }}
+{{- $user = append $user (dict "name" $name "value" $v) }}
+{{- end }}
+{{- end }}
+{{- else }}
+{{- fail (printf "%s.env: a map of name to value, or a list of EnvVar objects" $component) }}
+{{- end }}
+{{- $names := dict }}
+{{- range $user }}
+{{- if hasKey . "value" }}
+{{- $_ := set . "value" (include "sluice.string" .value) }}
+{{- end }}
+{{- $_ := set $names .name true }}
+{{- end }}
+{{- $out := list }}
+{{- range $name := keys $chart | sortAlpha }}
+{{- if not (hasKey $names $name) }}
+{{- $out = append $out (dict "name" $name "value" (index $chart $name | toString)) }}
+{{- end }}
+{{- end }}
+{{- range include "sluice.credentials" (list $ $component) | fromYamlArray }}
+{{- if not (hasKey $names .name) }}
+{{- $out = append $out . }}
+{{- end }}
+{{- end }}
+{{- concat $out $user | toYaml }}
+{{- end }}
+
+{{/* A value as an environment variable's text: whole numbers without an exponent, anything else as it is. */}}
+{{- define "sluice.string" -}}
+{{- if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) }}{{ include "sluice.number" . }}{{ else }}{{ toString . }}{{ end }}
 {{- end }}
 
 {{/*
@@ -156,7 +212,7 @@ Every component that talks to Kafka (worker, api) gets them.
 {{- $ := index . 0 }}
 {{- $env := index . 1 }}
 {{- $k := $.Values.kafka }}
-{{- $_ := set $env "SLUICE_BROKERS" $k.brokers }}
+{{- $_ := set $env "SLUICE_BROKERS" (include "sluice.list" $k.brokers) }}
 {{- if include "sluice.tlsOn" $k.tls }}
 {{- $_ := set $env "SLUICE_KAFKA_TLS" "true" }}
 {{- end }}
@@ -181,12 +237,12 @@ Every component that talks to Kafka (worker, api) gets them.
 {{- $r := $.Values.redis }}
 {{- if $r.sentinel.master }}
 {{- $_ := set $env "SLUICE_REDIS_SENTINEL_MASTER" $r.sentinel.master }}
-{{- $_ := set $env "SLUICE_REDIS_SENTINEL_ADDRS" $r.sentinel.addrs }}
+{{- $_ := set $env "SLUICE_REDIS_SENTINEL_ADDRS" (include "sluice.list" $r.sentinel.addrs) }}
 {{- if $r.sentinel.username }}
 {{- $_ := set $env "SLUICE_REDIS_SENTINEL_USERNAME" $r.sentinel.username }}
 {{- end }}
 {{- else }}
-{{- $_ := set $env "SLUICE_REDIS_ADDR" $r.addr }}
+{{- $_ := set $env "SLUICE_REDIS_ADDR" (include "sluice.list" $r.addr) }}
 {{- end }}
 {{- if $r.username }}
 {{- $_ := set $env "SLUICE_REDIS_USERNAME" $r.username }}
@@ -241,9 +297,40 @@ redis-tls: {{ toJson $.Values.redis.tls }}
 {{- get (dict "PLAIN" "plaintext" "SCRAM-SHA-256" "scram_sha256" "SCRAM-SHA-512" "scram_sha512") (upper .Values.kafka.sasl.mechanism) }}
 {{- end }}
 
+{{/*
+Whether KEDA scales the workers: keda.enabled, and the cluster serves
+KEDA's API. Without it the workers run worker.replicaCount replicas.
+*/}}
+{{- define "sluice.keda" -}}
+{{- if and .Values.keda.enabled (.Capabilities.APIVersions.Has "keda.sh/v1alpha1") }}true{{ end }}
+{{- end }}
+
 {{/* Whether KEDA needs a TriggerAuthentication: SASL, or TLS files. */}}
 {{- define "sluice.kedaAuth" -}}
-{{- if and .Values.keda.enabled (or .Values.kafka.sasl.mechanism .Values.kafka.tls.caKey .Values.kafka.tls.certKey) }}true{{ end }}
+{{- if and (include "sluice.keda" .) (or .Values.kafka.sasl.mechanism .Values.kafka.tls.caKey .Values.kafka.tls.certKey) }}true{{ end }}
+{{- end }}
+
+{{/* The workers' service account: serviceAccount.name, else the release's full name when the chart creates it, else the namespace's default. */}}
+{{- define "sluice.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "sluice.fullname" .) }}
+{{- else }}
+{{- .Values.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
+
+{{/* Checks of a component's extra volumes: pass (list "worker" $w). */}}
+{{- define "sluice.validateExtras" -}}
+{{- $name := index . 0 }}
+{{- $c := index . 1 }}
+{{- range $c.extraVolumes }}
+{{- if not .name }}
+{{- fail (printf "%s.extraVolumes: each volume needs a name" $name) }}
+{{- end }}
+{{- if has .name (list "tmp" "types" "kafka-tls" "redis-tls") }}
+{{- fail (printf "%s.extraVolumes: the name %q is the chart's own volume; choose another" $name .name) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Checks of a TLS block: pass (list "kafka.tls" $tls). */}}
@@ -274,16 +361,16 @@ redis-tls: {{ toJson $.Values.redis.tls }}
 
 {{/* Checks that fail the render with a message naming the value. */}}
 {{- define "sluice.validate" -}}
-{{- $_ := required "kafka.brokers is required: Kafka bootstrap brokers, host:port[,host:port...]" .Values.kafka.brokers }}
+{{- $_ := required "kafka.brokers is required: Kafka bootstrap brokers, a list of host:port ({b-1:9092,b-2:9092} with --set)" (include "sluice.list" .Values.kafka.brokers) }}
 {{- $r := .Values.redis }}
 {{- if $r.sentinel.master }}
-{{- $_ := required "redis.sentinel.addrs is required with redis.sentinel.master: the Sentinels, host:port[,host:port...]" $r.sentinel.addrs }}
-{{- if $r.addr }}
+{{- $_ := required "redis.sentinel.addrs is required with redis.sentinel.master: the Sentinels, a list of host:port" (include "sluice.list" $r.sentinel.addrs) }}
+{{- if include "sluice.list" $r.addr }}
 {{- fail "redis.addr and redis.sentinel.master: give one (with Sentinel the master's address comes from the Sentinels)" }}
 {{- end }}
 {{- else }}
-{{- $_ := required "redis.addr is required: the Redis holding the capacity pools, host:port or a redis:// or rediss:// URL (or redis.sentinel.master and addrs)" $r.addr }}
-{{- if and (include "sluice.tlsOn" $r.tls) (contains "redis://" $r.addr) }}
+{{- $_ := required "redis.addr is required: the Redis holding the capacity pools, host:port or a redis:// or rediss:// URL (or redis.sentinel.master and addrs)" (include "sluice.list" $r.addr) }}
+{{- if and (include "sluice.tlsOn" $r.tls) (contains "redis://" (include "sluice.list" $r.addr)) }}
 {{- fail "redis.tls with a redis:// address: use rediss:// (the URL's scheme decides)" }}
 {{- end }}
 {{- end }}
@@ -313,7 +400,7 @@ redis-tls: {{ toJson $.Values.redis.tls }}
 {{- end }}
 {{- $replicas := int64 .Values.worker.replicaCount }}
 {{- $most := $replicas }}
-{{- if .Values.keda.enabled }}
+{{- if include "sluice.keda" . }}
 {{- $replicas = int64 .Values.keda.minReplicaCount }}
 {{- $most = int64 (include "sluice.kedaMax" .) }}
 {{- end }}
@@ -343,6 +430,13 @@ redis-tls: {{ toJson $.Values.redis.tls }}
 {{- end }}
 {{- if hasKey .Values.types.files "types.yaml" }}
 {{- fail "types.files must not hold types.yaml: that is types.content" }}
+{{- end }}
+{{- include "sluice.validateExtras" (list "worker" .Values.worker) }}
+{{- include "sluice.validateExtras" (list "api" .Values.api) }}
+{{- with .Values.pdb.unhealthyPodEvictionPolicy }}
+{{- if not (has . (list "IfHealthyBudget" "AlwaysAllow")) }}
+{{- fail (printf "pdb.unhealthyPodEvictionPolicy %q: want IfHealthyBudget or AlwaysAllow (or empty)" .) }}
+{{- end }}
 {{- end }}
 {{- end }}
 

@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 var ErrStalled = errors.New("ingest: no progress")
 
 // StalledError is returned by Pipeline.Run when a failure has kept the
-// pipeline from making progress for PipelineConfig.StallTimeout.
+// pipeline from making progress for Config.StallTimeout.
 type StalledError struct {
 	// What failed: "the sink is paused", "the dead-letter topic is
 	// unreachable" or "the queue is unreachable".

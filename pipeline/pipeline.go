@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"cmp"
@@ -11,14 +11,16 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
-// PipelineConfig configures a Pipeline. Zero fields take the documented
+// Config configures a Pipeline. Zero fields take the documented
 // default.
-type PipelineConfig struct {
+type Config struct {
 	// Pricing prices each record in the pool's unit. Defaults to 1 per
 	// record.
-	Pricing Pricing
+	Pricing ingest.Pricing
 	// IDField names the JSON field holding a record's ID (its idempotency
 	// key). Empty: a content hash (see RecordID). A record without the
 	// field, or with it empty, is dead-lettered.
@@ -32,7 +34,7 @@ type PipelineConfig struct {
 	// MaxInFlightBytes bounds memory: the most bytes of records fetched
 	// but not yet finished (queued, being written, waiting to be retried
 	// or dead-lettered), each counted as its key, value and ID plus
-	// RecordOverhead. The fetcher stops while the bound is reached, so one
+	// ingest.RecordOverhead. The fetcher stops while the bound is reached, so one
 	// record may take it past by its own size. Defaults to
 	// DefaultMaxInFlightBytes (64 MiB). Short of it, the pipeline keeps
 	// only about two slices' budget or half a second of its leased rate
@@ -46,7 +48,7 @@ type PipelineConfig struct {
 	MaxInFlightBytes int64
 	// MaxInFlight, when > 0, also bounds the records fetched but not yet
 	// finished by their number. Default 0: no bound of its own; the byte
-	// bound holds at most MaxInFlightBytes ÷ RecordOverhead records.
+	// bound holds at most MaxInFlightBytes ÷ ingest.RecordOverhead records.
 	MaxInFlight int
 	// MaxRecordCost is one second of the whole pool's capacity, in units. A
 	// record costing more can never be written without exceeding the pool,
@@ -60,6 +62,10 @@ type PipelineConfig struct {
 	// it (see lease.Config.RequestTimeout), and a sink's own timeouts must
 	// fit inside it.
 	RequestTimeout time.Duration
+	// MaxRetryAfter caps how long a sink's Retry-After holds a throttled
+	// record's key range; the retry policy caps the pauses of the sink by
+	// the same value. Defaults to ingest.DefaultMaxRetryAfter (30 s).
+	MaxRetryAfter time.Duration
 	// Grace is how long in-flight writes and dead letters may go on after
 	// ctx is done before they are cancelled (their records are then
 	// redelivered). Defaults to DefaultGrace (10 s).
@@ -84,64 +90,65 @@ type PipelineConfig struct {
 	Logger *slog.Logger
 	// Counters receives the running totals; several pipelines may share
 	// one. Default: a Counters of the pipeline's own.
-	Counters *Counters
+	Counters *ingest.Counters
 	// ObserveWrite, when set, is called after every sink write attempt with
 	// the batch size in records and how long the attempt took (metrics).
 	ObserveWrite func(records int, took time.Duration)
 	// Processor applies the record type's rules (validation, enrichment,
 	// sink key) to each fetched record after its ID is set and before it is
 	// priced. Default: none.
-	Processor Processor
+	Processor ingest.Processor
 }
 
 // withDefaults fills the zero fields of c and checks the rest.
-func (c PipelineConfig) withDefaults() (PipelineConfig, error) {
+func (c Config) withDefaults() (Config, error) {
 	if c.MaxBatch < 0 || c.Concurrency < 0 || c.MaxInFlight < 0 || c.MaxInFlightBytes < 0 || c.MaxRecordCost < 0 ||
-		c.Slice < 0 || c.RequestTimeout < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0 {
+		c.Slice < 0 || c.RequestTimeout < 0 || c.MaxRetryAfter < 0 || c.Grace < 0 || c.ReadyAfter < 0 || c.StallTimeout < 0 {
 		return c, errors.New("ingest: pipeline limits and durations must not be negative")
 	}
-	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
-	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
-	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, DefaultMaxInFlightBytes)
-	c.Slice = cmp.Or(c.Slice, DefaultSlice)
-	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
-	c.Grace = cmp.Or(c.Grace, DefaultGrace)
-	c.ReadyAfter = cmp.Or(c.ReadyAfter, DefaultReadyAfter)
-	c.Pricing.Unit = cmp.Or(c.Pricing.Unit, UnitRecords)
+	c.MaxBatch = cmp.Or(c.MaxBatch, ingest.DefaultMaxBatch)
+	c.Concurrency = cmp.Or(c.Concurrency, ingest.DefaultConcurrency)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, ingest.DefaultMaxInFlightBytes)
+	c.Slice = cmp.Or(c.Slice, ingest.DefaultSlice)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, ingest.DefaultRequestTimeout)
+	c.Grace = cmp.Or(c.Grace, ingest.DefaultGrace)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, ingest.DefaultMaxRetryAfter)
+	c.ReadyAfter = cmp.Or(c.ReadyAfter, ingest.DefaultReadyAfter)
+	c.Pricing.Unit = cmp.Or(c.Pricing.Unit, ingest.UnitRecords)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Counters == nil {
-		c.Counters = new(Counters)
+		c.Counters = new(ingest.Counters)
 	}
 	return c, nil
 }
 
 // fetchedCap is the most records in flight: MaxInFlight when set, else
 // what the byte bound can hold.
-func (c PipelineConfig) fetchedCap() int {
+func (c Config) fetchedCap() int {
 	if c.MaxInFlight > 0 {
 		return c.MaxInFlight
 	}
-	return int(max(c.MaxInFlightBytes/RecordOverhead, 1)) + 1
+	return int(max(c.MaxInFlightBytes/ingest.RecordOverhead, 1)) + 1
 }
 
 // Ports are the adapters a Pipeline drives. Every field is required.
 type Ports struct {
-	Source      Source
-	DeadLetters DeadLetters
-	Sink        Sink
-	Retry       RetryPolicy
-	Pacer       Pacer
-	Capacity    Capacity
+	Source      ingest.Source
+	DeadLetters ingest.DeadLetters
+	Sink        ingest.Sink
+	Retry       ingest.RetryPolicy
+	Pacer       ingest.Pacer
+	Capacity    ingest.Capacity
 }
 
 // Pipeline is the worker pipeline of one process: queue → pacer → sink,
-// with commit hand-off and dead-lettering. Create it with NewPipeline and
+// with commit hand-off and dead-lettering. Create it with New and
 // start it with Run.
 type Pipeline struct {
-	cfg PipelineConfig
+	cfg Config
 	p   Ports
 	log *slog.Logger
-	c   *Counters
+	c   *ingest.Counters
 
 	inFlight inFlight      // records fetched and not finished
 	requests chan struct{} // one per sink request in flight
@@ -151,16 +158,17 @@ type Pipeline struct {
 	wake     chan struct{} // pokes the fetcher every slice
 	filled   chan struct{} // the fetcher reached the prefetch target
 
-	mu      sync.Mutex
-	retries unitHeap // batches and records waiting out a backoff
+	mu       sync.Mutex
+	retries  batchHeap // batches and records waiting out a backoff
+	suspects []suspect // records of answers with every record Retryable, waiting for evidence
 
 	breaker      breaker
 	ranges       keyRanges // throttle feedback per key range
 	letters      letterQueue
 	fetchFailing atomic.Int64 // unix ns since Fetch has been failing; 0 when it is not
 
-	owner   Owner // the source, when it can lose records
-	dropped int64 // records dropped because the source lost them (slice loop only)
+	owner   ingest.Owner // the source, when it can lose records
+	dropped int64        // records dropped because the source lost them (slice loop only)
 	owed    atomic.Int64
 	charges chargeRatio
 
@@ -169,17 +177,16 @@ type Pipeline struct {
 
 // item is a record in flight.
 type item struct {
-	rec       Record
+	rec       ingest.Record
 	bytes     int64  // what it counts against MaxInFlightBytes, fixed when fetched
 	base      int64  // the record's price by the rule, before the learned charge ratio
 	attempts  int    // attempts the sink answered Retryable, not throttled
 	throttles int    // attempts the sink answered throttled
-	ambiguous int    // answers with every record of the request Retryable, taken for a sink failure
 	invalid   string // reason to dead-letter without writing, if set
 }
 
-// NewPipeline checks cfg and ports and returns a Pipeline.
-func NewPipeline(cfg PipelineConfig, p Ports) (*Pipeline, error) {
+// New checks cfg and ports and returns a Pipeline.
+func New(cfg Config, p Ports) (*Pipeline, error) {
 	if p.Source == nil || p.DeadLetters == nil || p.Sink == nil || p.Retry == nil || p.Pacer == nil || p.Capacity == nil {
 		return nil, errors.New("ingest: a pipeline needs a source, dead letters, sink, retry policy, pacer and capacity")
 	}
@@ -208,7 +215,7 @@ func NewPipeline(cfg PipelineConfig, p Ports) (*Pipeline, error) {
 }
 
 // Counters returns the pipeline's running totals.
-func (p *Pipeline) Counters() *Counters { return p.c }
+func (p *Pipeline) Counters() *ingest.Counters { return p.c }
 
 // SinkPaused reports whether the pipeline has paused its sink after a
 // failure of a whole request, and since when.
@@ -224,7 +231,7 @@ func (p *Pipeline) SinkPausedTotal() time.Duration { return p.breaker.pausedTota
 // not finished by then are not marked Done and so are redelivered by the
 // queue.
 //
-// With PipelineConfig.StallTimeout set, Run stops the same way and returns
+// With Config.StallTimeout set, Run stops the same way and returns
 // a *StalledError when the pipeline cannot make progress for that long:
 // the sink stays paused, or the dead-letter topic or the queue stays
 // unreachable.
@@ -235,8 +242,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	defer cancelWrites()
 
 	p.demand.leaseAhead = p.cfg.LeaseAhead
-	p.owner, _ = p.p.Source.(Owner)
-	if l, ok := p.p.Source.(Lagger); ok {
+	p.owner, _ = p.p.Source.(ingest.Owner)
+	if l, ok := p.p.Source.(ingest.Lagger); ok {
 		p.demand.lag = l.Lag
 	}
 	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, true))
@@ -279,7 +286,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // requests are not slowed by handshakes. A sink that does not answer is
 // paused, as if its first write had failed.
 func (p *Pipeline) warm(ctx context.Context) {
-	w, ok := p.p.Sink.(Warmer)
+	w, ok := p.p.Sink.(ingest.Warmer)
 	if !ok {
 		return
 	}
@@ -291,7 +298,7 @@ func (p *Pipeline) warm(ctx context.Context) {
 }
 
 // Ready returns nil while the pipeline can make progress, and an error
-// naming the failure once one has lasted PipelineConfig.ReadyAfter: the
+// naming the failure once one has lasted Config.ReadyAfter: the
 // sink paused, the dead-letter topic unreachable, the queue unreachable.
 func (p *Pipeline) Ready() error {
 	if f := p.failing(time.Now()); f.age >= p.cfg.ReadyAfter {
@@ -332,7 +339,7 @@ func (c *chargeRatio) factor() float64 {
 // finish marks it Done and frees its slot.
 func (p *Pipeline) finish(it *item, now time.Time) {
 	p.p.Source.Done(it.rec)
-	p.c.noteDone(now)
+	p.c.NoteDone(now)
 	p.inFlight.release(it.bytes)
 }
 
@@ -347,7 +354,7 @@ func (p *Pipeline) drop(it *item) {
 }
 
 // describe names a record for logs and dead-letter reasons.
-func describe(rec Record) string {
+func describe(rec ingest.Record) string {
 	if rec.ID == "" {
 		return fmt.Sprintf("record %s", rec.Pos)
 	}

@@ -1,8 +1,10 @@
-package ingest
+package pipeline
 
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // Demand timing. A worker that stops having a backlog keeps asking for its
@@ -36,7 +38,7 @@ type demand struct {
 func (d *demand) estimate(now time.Time, backlog, idle bool) float64 {
 	if backlog || (d.leaseAhead && !d.started.Load()) {
 		d.lastBacklog = now
-		return Inf
+		return ingest.Inf
 	}
 	if since := d.fetchingSince.Load(); idle && since != 0 {
 		waited := now.Sub(time.Unix(0, since))
@@ -45,7 +47,7 @@ func (d *demand) estimate(now time.Time, backlog, idle bool) float64 {
 		}
 	}
 	if now.Sub(d.lastBacklog) < backlogHold {
-		return Inf
+		return ingest.Inf
 	}
 	return float64(d.recent.sum(now)) * headroom
 }
@@ -53,12 +55,12 @@ func (d *demand) estimate(now time.Time, backlog, idle bool) float64 {
 // recentUnits sums the units sent in the last second.
 type recentUnits struct {
 	epoch time.Time
-	w     Window
+	w     ingest.Window
 }
 
 func (r *recentUnits) add(now time.Time, units int64) {
 	if r.epoch.IsZero() {
-		r.epoch, r.w = now, NewWindow(time.Second)
+		r.epoch, r.w = now, ingest.NewWindow(time.Second)
 	}
 	r.w.Add(max(now.Sub(r.epoch), 0), units)
 }

@@ -1,10 +1,12 @@
-package ingest
+package pipeline
 
 import (
 	"errors"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // breaker pauses the sink after a write failed as a whole (a circuit
@@ -13,7 +15,7 @@ import (
 // one (RetryPolicy.Pause: capped exponential, at least the sink's
 // Retry-After). While paused the pipeline takes no budget.
 type breaker struct {
-	retry RetryPolicy
+	retry ingest.RetryPolicy
 	log   *slog.Logger
 
 	mu       sync.Mutex
@@ -35,12 +37,12 @@ const (
 	probing                     // paused, one probe in flight
 )
 
-func (b *breaker) init(retry RetryPolicy, log *slog.Logger) {
+func (b *breaker) init(retry ingest.RetryPolicy, log *slog.Logger) {
 	b.retry, b.log, b.changed = retry, log, make(chan struct{})
 }
 
 // gate says whether the slice loop may send. With changed nil it may: all
-// that fits (probe false), or exactly one unit, the probe (probe true,
+// that fits (probe false), or exactly one batch, the probe (probe true,
 // after which the breaker waits for its answer). Otherwise the loop waits
 // until until (when not zero) or until changed is closed.
 func (b *breaker) gate(now time.Time) (until time.Time, changed <-chan struct{}, probe bool) {
@@ -70,10 +72,11 @@ func (b *breaker) cancelProbe() {
 }
 
 // failure records a failed write (or a sink that did not answer its
-// warm-up) and returns when the probe may go.
-func (b *breaker) failure(now time.Time, err error) time.Time {
+// warm-up) and returns when the probe may go, and whether it is the first
+// failure since the sink last answered (first).
+func (b *breaker) failure(now time.Time, err error) (probeAt time.Time, first bool) {
 	var retryAfter time.Duration
-	if se := (*SinkError)(nil); errors.As(err, &se) {
+	if se := (*ingest.SinkError)(nil); errors.As(err, &se) {
 		retryAfter = se.RetryAfter
 	}
 	b.mu.Lock()
@@ -90,21 +93,30 @@ func (b *breaker) failure(now time.Time, err error) time.Time {
 			"err", err, "retry_in", wait.Round(time.Millisecond))
 	}
 	b.set(open)
-	return b.until
+	return b.until, b.failures == 1
 }
 
-// success records an answered write; it ends a pause.
-func (b *breaker) success(now time.Time) {
+// success records an answered write; it ends a pause. judged: the sink
+// gave a verdict on a record (stored it, had it, refused it for good); an
+// answer that throttled every record in key ranges known hot ends a pause
+// too (the sink works, its throttles are the ranges'), but is no success.
+func (b *breaker) success(now time.Time, judged bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.ok++
+	if judged {
+		b.ok++
+	}
 	b.failures = 0
 	if b.state == closed {
 		return
 	}
 	paused := now.Sub(b.since)
 	b.total += paused
-	b.log.Info("sink resumed", "paused_s", paused.Seconds(), "last_err", b.last)
+	if judged {
+		b.log.Info("sink resumed", "paused_s", paused.Seconds(), "last_err", b.last)
+	} else {
+		b.log.Info("sink pause over: its throttles are key ranges', paced on their own", "paused_s", paused.Seconds(), "last_err", b.last)
+	}
 	b.since, b.until = time.Time{}, time.Time{}
 	b.set(closed)
 }
@@ -131,7 +143,7 @@ func (b *breaker) paused() (bool, time.Time) {
 	return b.state != closed, b.since
 }
 
-// successes is the number of answered writes so far.
+// successes is the number of writes answered with a verdict so far.
 func (b *breaker) successes() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()

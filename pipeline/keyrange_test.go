@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // The key range tracker on its own, with explicit instants: how it reads
@@ -18,22 +20,22 @@ var t0 = time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC)
 
 func newTestRanges() *keyRanges {
 	k := new(keyRanges)
-	k.init(DefaultSlice, t0, new(Counters), slog.New(slog.DiscardHandler))
+	k.init(ingest.DefaultSlice, t0, new(ingest.Counters), slog.New(slog.DiscardHandler))
 	return k
 }
 
 // answer is one request's records and the sink's results, in request
 // order: a key ending in "!" was throttled, any other accepted. Every
 // record costs 1.
-func answer(keys ...string) ([]*item, []Result) {
+func answer(keys ...string) ([]*item, []ingest.Result) {
 	items := make([]*item, len(keys))
-	results := make([]Result, len(keys))
+	results := make([]ingest.Result, len(keys))
 	for i, key := range keys {
 		throttled := strings.HasSuffix(key, "!")
-		items[i] = &item{rec: Record{ID: "id-" + key, SinkKey: strings.TrimSuffix(key, "!"), Cost: 1}}
-		results[i] = Result{Outcome: Delivered}
+		items[i] = &item{rec: ingest.Record{ID: "id-" + key, SinkKey: strings.TrimSuffix(key, "!"), Cost: 1}}
+		results[i] = ingest.Result{Outcome: ingest.Delivered}
 		if throttled {
-			results[i] = Result{Outcome: Retryable, Throttled: true, Reason: "HTTP 429"}
+			results[i] = ingest.Result{Outcome: ingest.Retryable, Throttled: true, Reason: "HTTP 429"}
 		}
 	}
 	return items, results
@@ -89,6 +91,7 @@ func TestKeyRangesFoundFromAnswers(t *testing.T) {
 		layout    []string
 		in, out   []string // keys inside a range, keys in none
 		explained bool     // of the last answer
+		refused   bool     // of the last answer: the sink's throttle, no range
 	}{
 		{
 			name:    "nothing accepted after the throttle: the whole key space",
@@ -141,22 +144,34 @@ func TestKeyRangesFoundFromAnswers(t *testing.T) {
 		},
 		{
 			name:      "every record throttled in a range known hot is the range's answer",
-			answers:   [][]string{{"m!"}, {"d!", "e!"}},
+			answers:   [][]string{{"a", "m!"}, {"d!", "e!"}},
 			layout:    []string{"[-,-)"},
 			explained: true,
+		},
+		{
+			name:    "every key throttled and none accepted is the sink's throttle, not a range's",
+			answers: [][]string{{"m!", "q!"}},
+			layout:  nil,
+			refused: true,
+		},
+		{
+			name:    "a cool key after the throttle bounds it: a range, not the sink",
+			answers: [][]string{{"m!", "q"}},
+			layout:  []string{"[-,q)"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			k := newTestRanges()
-			var explained bool
+			var explained, refused bool
 			for i, keys := range tc.answers {
 				now := t0.Add(time.Duration(i+1) * 100 * time.Millisecond)
 				items, results := answer(keys...)
-				explained = k.observe(now, now.Add(-time.Millisecond), items, results)
+				explained, refused = k.observe(now, now.Add(-time.Millisecond), items, results)
 			}
 			require.Equal(t, tc.layout, k.layout())
 			require.Equal(t, tc.explained, explained)
+			require.Equal(t, tc.refused, refused)
 			for _, key := range tc.in {
 				require.NotNil(t, k.find(key), key)
 			}
@@ -174,7 +189,7 @@ func accept(k *keyRanges, now time.Time, prefix string, n int) {
 		keys[i] = fmt.Sprintf("%s%04d", prefix, i)
 	}
 	items, results := answer(keys...)
-	k.observe(now, now, items, results)
+	_, _ = k.observe(now, now, items, results)
 }
 
 func TestKeyRangeRateIsWhatItsKeysAccepted(t *testing.T) {
@@ -187,7 +202,7 @@ func TestKeyRangeRateIsWhatItsKeysAccepted(t *testing.T) {
 	// b1000 is throttled after z0000 was accepted: its range is below "z".
 	now := t0.Add(500 * time.Millisecond)
 	items, results := answer("b1000!", "z0000")
-	k.observe(now, now, items, results)
+	_, _ = k.observe(now, now, items, results)
 	require.Equal(t, []string{"[-,z)"}, k.layout())
 	r := k.find("b")
 	require.InDelta(t, 0.95*400, r.rate, 1, "rangeBackoff × the 400 its keys accepted in the last second")
@@ -198,14 +213,14 @@ func TestKeyRangeRateIsWhatItsKeysAccepted(t *testing.T) {
 	// × what it accepted, and the hold doubles (the same ceiling).
 	now = t0.Add(1500 * time.Millisecond)
 	items, results = answer("b2000!")
-	k.observe(now, now.Add(-time.Millisecond), items, results)
+	_, _ = k.observe(now, now.Add(-time.Millisecond), items, results)
 	require.InDelta(t, 0.95*min(200, 0.95*400), r.rate, 1, "a second holding 200 of its keys")
 	require.Equal(t, 2*rangeHold, r.hold)
 	require.EqualValues(t, 1, k.c.Totals().RangeCuts)
 
 	// A request sent before that cut is old news.
 	items, results = answer("b2001!")
-	k.observe(now.Add(time.Millisecond), now.Add(-time.Millisecond), items, results)
+	_, _ = k.observe(now.Add(time.Millisecond), now.Add(-time.Millisecond), items, results)
 	require.EqualValues(t, 1, k.c.Totals().RangeCuts)
 }
 
@@ -215,7 +230,7 @@ func TestKeyRangeProbesUpWhileItHoldsRecordsBack(t *testing.T) {
 	accept(k, t0, "k", 1000)
 	now := t0.Add(10 * time.Millisecond)
 	items, results := answer("k5000!")
-	k.observe(now, now, items, results)
+	_, _ = k.observe(now, now, items, results)
 	r := k.find("k")
 	require.InDelta(t, 950, r.rate, 1)
 	peak := r.peak
@@ -234,7 +249,7 @@ func TestKeyRangeProbesUpWhileItHoldsRecordsBack(t *testing.T) {
 	var rates []float64
 	for range 8 {
 		r.limited = at
-		r.sent = NewWindow(time.Second)
+		r.sent = ingest.NewWindow(time.Second)
 		r.sent.Add(k.at(at), int64(r.rate)) // it sends at its rate
 		r.last = k.at(at)
 		k.probe(at, r, false)
@@ -255,12 +270,12 @@ func TestKeyRangesHoldBackOnlyTheirRecords(t *testing.T) {
 	k := newTestRanges()
 	now := t0
 	items, results := answer("h0!", "x0") // the range is [-, x)
-	k.observe(now, now, items, results)
+	_, _ = k.observe(now, now, items, results)
 	r := k.find("h")
 	r.rate, r.peak = 50, 50 // 10 records a slice
 
 	now = now.Add(rangeHold / 2) // holding: no probe
-	fresh := func(key string) *item { return &item{rec: Record{ID: key, SinkKey: key, Cost: 1}} }
+	fresh := func(key string) *item { return &item{rec: ingest.Record{ID: key, SinkKey: key, Cost: 1}} }
 	var sent, held int
 	for i := range 30 {
 		switch k.admit(now, fresh(fmt.Sprintf("h%02d", i)), true, 15) {
@@ -310,9 +325,9 @@ func TestKeyRangesForgetTheirRecordsWhenForgotten(t *testing.T) {
 		now := t0.Add(time.Duration(i) * time.Millisecond)
 		// Each answer throttles one key between two cool ones: one range each.
 		items, results := answer(fmt.Sprintf("k%04d!", 2*i+1), fmt.Sprintf("k%04d", 2*i), fmt.Sprintf("k%04d", 2*i+2))
-		k.observe(now, now, items, results)
+		_, _ = k.observe(now, now, items, results)
 		if i == 0 {
-			require.Equal(t, rangeHeld, k.admit(now, &item{rec: Record{ID: "k0001x", SinkKey: "k0001x", Cost: 1}}, false, 0))
+			require.Equal(t, rangeHeld, k.admit(now, &item{rec: ingest.Record{ID: "k0001x", SinkKey: "k0001x", Cost: 1}}, false, 0))
 		}
 	}
 	require.Len(t, k.layout(), maxHotRanges, "bounded: the range throttled least recently went")

@@ -1,4 +1,4 @@
-package ingest_test
+package pipeline_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/sink"
 )
 
@@ -63,7 +64,7 @@ func paddedRecords(n, size int) []string {
 func TestPipelineIsNotBoundByWhatIsInFlightPerSlice(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", MaxInFlight: 100}, 20_000, records(10_000)...)
+		r := newRig(t, pipeline.Config{IDField: "id", MaxInFlight: 100}, 20_000, records(10_000)...)
 		r.sink.latency = func(int) time.Duration { return 2 * time.Millisecond }
 		took, err := r.run(t, time.Minute)
 		require.NoError(t, err)
@@ -83,10 +84,10 @@ func TestPipelineBoundsBytesInFlight(t *testing.T) {
 		const size = 1024
 		per := int64(size + ingest.RecordOverhead)
 		bound := 20 * per
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", MaxInFlightBytes: bound}, 100_000, paddedRecords(2000, size)...)
+		r := newRig(t, pipeline.Config{IDField: "id", MaxInFlightBytes: bound}, 100_000, paddedRecords(2000, size)...)
 		src := &countingSource{fakeSource: r.src}
 		r.sink.latency = func(int) time.Duration { return 50 * time.Millisecond }
-		p := newPipelineWith(t, r, src, ingest.PipelineConfig{IDField: "id", MaxInFlightBytes: bound})
+		p := newPipelineWith(t, r, src, pipeline.Config{IDField: "id", MaxInFlightBytes: bound})
 		took, err := runPipeline(t, p, r.src, time.Minute)
 		require.NoError(t, err)
 		require.Len(t, r.sink.stored, 2000)
@@ -97,10 +98,10 @@ func TestPipelineBoundsBytesInFlight(t *testing.T) {
 }
 
 // newPipelineWith builds a pipeline like r's over source src and cfg.
-func newPipelineWith(t *testing.T, r *rig, src ingest.Source, cfg ingest.PipelineConfig) *ingest.Pipeline {
+func newPipelineWith(t *testing.T, r *rig, src ingest.Source, cfg pipeline.Config) *pipeline.Pipeline {
 	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(syncWriter{w: r.log}, nil))
-	p, err := ingest.NewPipeline(cfg, ingest.Ports{
+	p, err := pipeline.New(cfg, pipeline.Ports{
 		Source: src, DeadLetters: r.dlq, Sink: r.sink, Retry: sink.Policy{MaxAttempts: 3}, Pacer: r.pacer, Capacity: r.capa,
 	})
 	require.NoError(t, err)
@@ -109,7 +110,7 @@ func newPipelineWith(t *testing.T, r *rig, src ingest.Source, cfg ingest.Pipelin
 
 // runPipeline runs p until every record of src is finished (or limit
 // passes) and returns how long it took and Run's error.
-func runPipeline(t *testing.T, p *ingest.Pipeline, src *fakeSource, limit time.Duration) (time.Duration, error) {
+func runPipeline(t *testing.T, p *pipeline.Pipeline, src *fakeSource, limit time.Duration) (time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	ctx, cancel := context.WithCancel(t.Context())

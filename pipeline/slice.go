@@ -1,10 +1,12 @@
-package ingest
+package pipeline
 
 import (
 	"container/heap"
 	"context"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // sendsPerSlice is how many requests a slice's budget is spread over (as
@@ -21,20 +23,20 @@ const idleWait = 100 * time.Millisecond
 // settleWait bounds the wait for a queue to fill after an idle spell.
 const settleWait = 20 * time.Millisecond
 
-// unit is what is sent in one request: a batch. A batch that failed as a
+// batch is what is sent in one request. A batch that failed as a
 // whole is retried as it was (keep), so that its idempotency key, derived
 // from its records' IDs, stays the same; a record answered Retryable is
 // retried alone and may join other records in its next batch.
-type unit struct {
+type batch struct {
 	items []*item
 	cost  int64
 	due   time.Time
 	keep  bool
-	epoch int64 // the breaker's successes when the unit was sent
+	epoch int64 // the breaker's successes when the batch was sent
 }
 
-func newUnit(items []*item) *unit {
-	u := &unit{items: items}
+func newBatch(items []*item) *batch {
+	u := &batch{items: items}
 	for _, it := range items {
 		u.cost += it.rec.Cost
 	}
@@ -59,6 +61,11 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 			head = p.nextFresh()
 		}
 		due := p.dueCost(time.Now())
+		if (!probe || (head == nil && due == 0 && p.ranges.heldRecords() == 0)) && p.releaseSuspects(time.Now()) {
+			// A probe with nothing else to send re-sends the suspects (see
+			// suspect); and once the sink works they are retried.
+			due = p.dueCost(time.Now())
+		}
 		if head == nil && due == 0 && p.ranges.heldRecords() == 0 {
 			// Idle: wait for a record rather than a slice, so the first
 			// one is sent at once (the pacer opens a slice immediately
@@ -82,8 +89,8 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		if err != nil {
 			return
 		}
-		if g, ok := p.p.Pacer.(GuardReporter); ok && budget > 0 {
-			p.c.noteGuard(g.Guard())
+		if g, ok := p.p.Pacer.(ingest.GuardReporter); ok && budget > 0 {
+			p.c.NoteGuard(g.Guard())
 		}
 		p.setPrefetch(budget, want)
 		if int64(len(p.fetched))*want < budget && p.demand.lagging() {
@@ -93,17 +100,17 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 			p.settle(ctx)
 		}
 		open := time.Now()
-		var units []*unit
+		var batches []*batch
 		var spent int64
-		units, head, spent = p.take(open, budget, head, probe, 0)
-		if probe && len(units) == 0 {
+		batches, head, spent = p.take(open, budget, head, probe, 0)
+		if probe && len(batches) == 0 {
 			p.breaker.cancelProbe()
 		}
 		p.demand.recent.add(open, spent)
 		// What was taken is still to be sent over the slice, each send when
 		// the account has room: until then it is a backlog, or the leases
 		// it needs could go back to the pool.
-		p.setDemand(len(units) > 0 || head != nil || p.dueCost(open) > 0 || p.ranges.heldRecords() > 0)
+		p.setDemand(len(batches) > 0 || head != nil || p.dueCost(open) > 0 || p.ranges.heldRecords() > 0)
 		if owed := p.owed.Swap(0); owed > 0 {
 			// What the sink charged beyond the estimates is charged now,
 			// on top of this slice (debt if the bucket cannot cover it).
@@ -112,10 +119,10 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 				return
 			}
 			sent.Answered()
-			p.c.unitsCorrected.Add(owed)
-			p.c.noteSent(sent.At, owed)
+			p.c.Count(ingest.EventUnitsCorrected, owed)
+			p.c.NoteSent(sent.At, owed)
 		}
-		p.log.Debug("slice", "budget", budget, "spent", spent, "requests", len(units), "queued", len(p.fetched))
+		p.log.Debug("slice", "budget", budget, "spent", spent, "requests", len(batches), "queued", len(p.fetched))
 		// The sends flow at the budget's rate: over the whole slice when
 		// the budget is used, over its share of it when the queue ran dry
 		// first (the last records of a load are not held back).
@@ -123,7 +130,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		if budget > 0 && spent < budget && !p.ranges.holding() {
 			span = time.Duration(float64(span) * float64(spent) / float64(budget))
 		}
-		if !p.dispatch(ctx, writeCtx, writing, units, open, span) {
+		if !p.dispatch(ctx, writeCtx, writing, batches, open, span) {
 			return
 		}
 		if !probe && !p.ranges.active() {
@@ -164,17 +171,17 @@ func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup,
 		if paused, _ := p.breaker.paused(); paused || !now.Before(end) || p.ranges.active() {
 			return head, true
 		}
-		var units []*unit
+		var batches []*batch
 		var n int64
-		units, head, n = p.take(now, budget-spent, head, false, p.cfg.MaxBatch)
-		if len(units) == 0 {
+		batches, head, n = p.take(now, budget-spent, head, false, p.cfg.MaxBatch)
+		if len(batches) == 0 {
 			return head, true
 		}
 		p.demand.recent.add(now, n)
 		// At the budget's rate: n units take n/budget of the slice.
 		span := min(time.Duration(float64(p.cfg.Slice)*float64(n)/float64(budget)), end.Sub(now))
 		spent += n
-		if !p.dispatch(ctx, writeCtx, writing, units, now, span) {
+		if !p.dispatch(ctx, writeCtx, writing, batches, now, span) {
 			return nil, false
 		}
 	}
@@ -226,12 +233,12 @@ func (p *Pipeline) awaitUntil(ctx context.Context, end time.Time) (it *item, ok 
 	}
 }
 
-// take returns the units to send in a slice of budget units opened at now:
-// the retries that are due, then fresh records, in batches spread for
+// take returns the batches to send in a slice of budget units opened at
+// now: the retries that are due, then fresh records, in batches spread for
 // sendsPerSlice requests, or of size records each when size > 0. With
-// probe, it takes one unit only. It returns the fresh record it could not
+// probe, it takes one batch only. It returns the fresh record it could not
 // fit (the new head) and the units taken.
-func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool, size int) (units []*unit, rest *item, spent int64) {
+func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool, size int) (batches []*batch, rest *item, spent int64) {
 	var fresh []*item
 	for {
 		u := p.popDue(now, budget-spent)
@@ -250,22 +257,32 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool, siz
 			p.pushRetry(u)
 			break
 		}
-		if !probe && p.ranges.active() && !p.ranges.admitUnit(now, u) {
+		if !probe && p.ranges.active() && !p.ranges.admitBatch(now, u) {
 			// A range it writes to is full: it waits a slice.
 			u.due = now.Add(p.cfg.Slice)
 			p.pushRetry(u)
 			continue
 		}
 		spent += u.cost
-		units = append(units, u)
+		batches = append(batches, u)
 		if probe {
-			return units, head, spent
+			return batches, head, spent
 		}
 	}
-	if !probe && p.ranges.active() {
+	if p.ranges.active() {
 		var n int64
 		fresh, n = p.releaseHeld(now, budget-spent, fresh)
 		spent += n
+		if probe && len(fresh) > p.cfg.MaxBatch {
+			// The probe is one request: the rest wait as retries.
+			for _, it := range fresh[p.cfg.MaxBatch:] {
+				spent -= it.rec.Cost
+				b := newBatch([]*item{it})
+				b.due = now
+				p.pushRetry(b)
+			}
+			fresh = fresh[:p.cfg.MaxBatch]
+		}
 	}
 	for {
 		if head == nil {
@@ -290,7 +307,7 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool, siz
 		head = nil
 	}
 	if len(fresh) == 0 {
-		return units, head, spent
+		return batches, head, spent
 	}
 	if size <= 0 {
 		size = min(max((len(fresh)+sendsPerSlice-1)/sendsPerSlice, 1), p.cfg.MaxBatch)
@@ -300,22 +317,22 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool, siz
 	}
 	for len(fresh) > 0 {
 		n := min(size, len(fresh))
-		units = append(units, newUnit(fresh[:n:n]))
+		batches = append(batches, newBatch(fresh[:n:n]))
 		fresh = fresh[n:]
 	}
-	return units, head, spent
+	return batches, head, spent
 }
 
-// dispatch sends units, the i-th of n at open + i × span/n, each through
+// dispatch sends batches, the i-th of n at open + i × span/n, each through
 // the pacer's account and a request slot. It returns false once ctx is
-// done; the units not sent then stay un-Done and are redelivered.
-func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGroup, units []*unit, open time.Time, span time.Duration) bool {
-	if len(units) == 0 {
+// done; the batches not sent then stay un-Done and are redelivered.
+func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGroup, batches []*batch, open time.Time, span time.Duration) bool {
+	if len(batches) == 0 {
 		return true
 	}
-	step := span / time.Duration(len(units))
+	step := span / time.Duration(len(batches))
 	var shift time.Duration // how long the account held sends back so far
-	for i, u := range units {
+	for i, u := range batches {
 		// On schedule; a send the account held back (longer than half a
 		// step) shifts the ones after it by as much, so they keep their
 		// spacing instead of going in a bunch, while the small delays of a
@@ -328,7 +345,7 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 			// A write failed as a whole since the slice opened: what is
 			// left waits for the sink to answer again.
 			now := time.Now()
-			for _, u := range units[i:] {
+			for _, u := range batches[i:] {
 				u.due, u.keep = now, true
 				p.pushRetry(u)
 			}
@@ -350,7 +367,7 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 			<-p.requests
 			return false
 		}
-		p.c.noteSent(sent.At, u.cost)
+		p.c.NoteSent(sent.At, u.cost)
 		if held := sent.At.Sub(due); held > step/2 {
 			shift += held
 		}
@@ -385,7 +402,7 @@ func (p *Pipeline) admit(it *item) *item {
 	case p.owner != nil && !p.owner.Owns(it.rec):
 		p.drop(it)
 	case it.invalid != "":
-		p.c.invalid.Add(1)
+		p.c.Count(ingest.EventInvalid, 1)
 		p.deadLetter(it, it.invalid)
 	default:
 		return it
@@ -436,7 +453,7 @@ func (p *Pipeline) settle(ctx context.Context) {
 // beyond this slice's budget.
 func (p *Pipeline) setDemand(backlog bool) {
 	p.mu.Lock()
-	retrying := 0
+	retrying := len(p.suspects)
 	for _, u := range p.retries {
 		retrying += len(u.items)
 	}
@@ -444,7 +461,7 @@ func (p *Pipeline) setDemand(backlog bool) {
 	retrying += int(p.ranges.heldRecords())
 	idle := retrying == 0 && len(p.fetched) == 0
 	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), backlog, idle))
-	if br, ok := p.p.Capacity.(BacklogReporter); ok {
+	if br, ok := p.p.Capacity.(ingest.BacklogReporter); ok {
 		units := -1.0
 		if p.demand.lag != nil {
 			if lag := p.demand.lag(); lag >= 0 {
@@ -469,7 +486,7 @@ func (p *Pipeline) setPrefetch(budget, headCost int64) {
 }
 
 // pushRetry schedules u for another attempt at u.due.
-func (p *Pipeline) pushRetry(u *unit) {
+func (p *Pipeline) pushRetry(u *batch) {
 	p.mu.Lock()
 	heap.Push(&p.retries, u)
 	p.mu.Unlock()
@@ -477,13 +494,13 @@ func (p *Pipeline) pushRetry(u *unit) {
 
 // popDue removes and returns the earliest retry if it is due at now and
 // costs at most room; nil otherwise.
-func (p *Pipeline) popDue(now time.Time, room int64) *unit {
+func (p *Pipeline) popDue(now time.Time, room int64) *batch {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.retries) == 0 || p.retries[0].due.After(now) || p.retries[0].cost > room {
 		return nil
 	}
-	return heap.Pop(&p.retries).(*unit)
+	return heap.Pop(&p.retries).(*batch)
 }
 
 // dueCost returns the cost of the earliest retry if it is due at now, else 0.
@@ -530,14 +547,14 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
-// unitHeap orders units waiting for a retry by due time.
-type unitHeap []*unit
+// batchHeap orders batches waiting for a retry by due time.
+type batchHeap []*batch
 
-func (h unitHeap) Len() int           { return len(h) }
-func (h unitHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h unitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *unitHeap) Push(x any)        { *h = append(*h, x.(*unit)) }
-func (h *unitHeap) Pop() any {
+func (h batchHeap) Len() int           { return len(h) }
+func (h batchHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h batchHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *batchHeap) Push(x any)        { *h = append(*h, x.(*batch)) }
+func (h *batchHeap) Pop() any {
 	old := *h
 	u := old[len(old)-1]
 	*h = old[:len(old)-1]

@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"log/slog"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // Throttle feedback per key range. A range-partitioned store (Azure
@@ -51,7 +53,7 @@ const (
 )
 
 // rangeKey is the key a record is stored under: its SinkKey, else its ID.
-func rangeKey(rec Record) string {
+func rangeKey(rec ingest.Record) string {
 	if rec.SinkKey != "" {
 		return rec.SinkKey
 	}
@@ -114,7 +116,7 @@ type hotRange struct {
 	peak      float64 // units/s it accepted in the second before its last throttle; 0 unknown
 	tokens    float64 // units it may send now, at most a slice at rate
 	filled    time.Time
-	sent      Window        // units sent (or accepted before it was found) in the last second
+	sent      ingest.Window // units sent (or accepted before it was found) in the last second
 	last      time.Duration // latest instant added to sent
 	notBefore time.Time     // the sink's Retry-After
 	changed   time.Time     // found, cut or split: slices opened before it recheck their records
@@ -131,6 +133,9 @@ type hotRange struct {
 
 func (r *hotRange) contains(key string) bool { return r.low.atOrBelow(key) && r.high.above(key) }
 
+// everyKey reports whether r has no end on either side.
+func (r *hotRange) everyKey() bool { return r.low.unbounded && r.high.unbounded }
+
 // keyRanges is a pipeline's throttle feedback per key range; the zero
 // value is not ready, see init. Safe for concurrent use.
 type keyRanges struct {
@@ -138,7 +143,7 @@ type keyRanges struct {
 	epoch time.Time
 	on    atomic.Bool // ranges are hot or hold records: take and dispatch consult them
 
-	c   *Counters
+	c   *ingest.Counters
 	log *slog.Logger
 
 	mu                   sync.Mutex
@@ -148,7 +153,7 @@ type keyRanges struct {
 	heldUnits, heldCount int64       // what the ranges hold, released records included
 }
 
-func (k *keyRanges) init(slice time.Duration, now time.Time, c *Counters, log *slog.Logger) {
+func (k *keyRanges) init(slice time.Duration, now time.Time, c *ingest.Counters, log *slog.Logger) {
 	k.slice, k.epoch, k.c, k.log = slice, now, c, log
 	k.accepted.size = acceptedMemory
 }
@@ -188,23 +193,27 @@ func (k *keyRanges) index(key string) int {
 // and never into a neighbouring range; a cool key inside a range splits
 // it.
 // observe returns whether the answer throttled every record and every one
-// was in a range already known to be hot (a range-specific answer, not a
-// failure of the whole request).
-func (k *keyRanges) observe(now, sent time.Time, items []*item, results []Result) (explained bool) {
+// was in a range already known to be hot (explained: a range-specific
+// answer, not a failure of the whole request), and whether a throttle is
+// the sink's as a whole (refused): a throttled key whose range would cover
+// every key, with nothing of it accepted in the last second. Such a range
+// is not kept: there is no key range to pace, the sink is full or refusing,
+// and the pipeline pauses it.
+func (k *keyRanges) observe(now, sent time.Time, items []*item, results []ingest.Result) (explained, refused bool) {
 	at := k.at(now)
 	first := -1
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i, res := range results {
 		switch {
-		case res.Outcome == Delivered || res.Outcome == Duplicate:
+		case res.Outcome == ingest.Delivered || res.Outcome == ingest.Duplicate:
 			k.accepted.add(keyMark{key: rangeKey(items[i].rec), at: at, units: items[i].rec.Cost})
-		case res.Outcome == Retryable && res.Throttled && first < 0:
+		case res.Outcome == ingest.Retryable && res.Throttled && first < 0:
 			first = i
 		}
 	}
 	if first < 0 {
-		return false
+		return false, false
 	}
 	explained = true
 	var marks []keyMark // the evidence, in key order: units 1 hot, 0 cool
@@ -212,7 +221,7 @@ func (k *keyRanges) observe(now, sent time.Time, items []*item, results []Result
 	for i := first; i < len(results); i++ {
 		key := rangeKey(items[i].rec)
 		switch res := results[i]; {
-		case res.Outcome == Retryable && res.Throttled:
+		case res.Outcome == ingest.Retryable && res.Throttled:
 			marks = append(marks, keyMark{key: key, units: 1})
 			hot = append(hot, key)
 			if r := k.find(key); r != nil {
@@ -220,7 +229,7 @@ func (k *keyRanges) observe(now, sent time.Time, items []*item, results []Result
 			} else {
 				explained = false
 			}
-		case res.Outcome == Delivered || res.Outcome == Duplicate:
+		case res.Outcome == ingest.Delivered || res.Outcome == ingest.Duplicate:
 			marks = append(marks, keyMark{key: key})
 		}
 	}
@@ -253,14 +262,23 @@ func (k *keyRanges) observe(now, sent time.Time, items []*item, results []Result
 		for _, m := range marks[i:j] {
 			r := k.find(m.key)
 			if r == nil {
-				if r = k.cover(now, m.key, low, high); r == nil {
+				var whole bool
+				if r, whole = k.cover(now, m.key, low, high); r == nil {
+					refused = refused || whole
 					continue
 				}
 			} else if !cut[r] && sent.After(r.changed) {
 				// Sent at its current rate and still throttled: cut it
 				// (once per answer). A request sent before its last
 				// change is old news.
-				k.cut(now, r)
+				if k.cut(now, r) == 0 && r.everyKey() {
+					// Nothing of the whole key space got through in a
+					// second: the sink's throttle, which its pause
+					// handles; the range and what it holds go.
+					k.forget(k.index(m.key))
+					refused = true
+					continue
+				}
 			}
 			cut[r] = true
 			r.throttled = now
@@ -269,7 +287,7 @@ func (k *keyRanges) observe(now, sent time.Time, items []*item, results []Result
 		i = j
 	}
 	k.on.Store(true)
-	return explained
+	return explained, refused
 }
 
 func (r *hotRange) noteHot(key string) {
@@ -289,8 +307,10 @@ func (r *hotRange) noteHot(key string) {
 // neighbouring range. Its rate is rangeBackoff × what its keys accepted in
 // the last second, and that second's accepts count in its account. It
 // returns nil when the bounds do not hold the key (a key both throttled
-// and accepted in one answer). k.mu is held.
-func (k *keyRanges) cover(now time.Time, key string, low, high bound) *hotRange {
+// and accepted in one answer), and nil with whole set when the range would
+// cover every key and none of them was accepted in the last second: a
+// throttle of the whole sink, not of a range. k.mu is held.
+func (k *keyRanges) cover(now time.Time, key string, low, high bound) (_ *hotRange, whole bool) {
 	i := k.index(key) // the range below key, if any
 	r := &hotRange{low: low, high: high, hold: rangeHold}
 	if i >= 0 && !before(k.hot[i].high, low) {
@@ -300,26 +320,29 @@ func (k *keyRanges) cover(now time.Time, key string, low, high bound) *hotRange 
 		r.high = k.hot[i+1].low
 	}
 	if !r.contains(key) {
-		return nil
+		return nil, false
 	}
 	accepted := k.fill(now, r)
+	if accepted == 0 && r.everyKey() {
+		return nil, true
+	}
 	r.peak = accepted
 	r.rate = max(rangeBackoff*accepted, k.minRate())
 	r.changed, r.throttled, r.probeAt, r.filled = now, now, now.Add(r.hold), now
 	k.hot = slices.Insert(k.hot, i+1, r)
-	k.c.hotRanges.Add(1)
+	k.c.Count(ingest.EventHotRanges, 1)
 	k.log.Debug("hot key range found", "low", r.low.key, "high", r.high.key, "rate", r.rate)
 	if len(k.hot) > maxHotRanges {
 		k.evict()
 	}
-	return r
+	return r, false
 }
 
 // fill builds r's account from the keys accepted in it in the last second
 // and returns their rate in units/s. k.mu is held.
 func (k *keyRanges) fill(now time.Time, r *hotRange) float64 {
 	at := k.at(now)
-	r.sent, r.last = NewWindow(time.Second), 0
+	r.sent, r.last = ingest.NewWindow(time.Second), 0
 	var units int64
 	oldest := at
 	k.accepted.each(func(m keyMark) {
@@ -343,9 +366,9 @@ func (k *keyRanges) fill(now time.Time, r *hotRange) float64 {
 
 // cut lowers a range the sink throttled although it kept to its rate:
 // rangeBackoff × what it accepted in the last second, or half its rate when
-// it accepted nothing. k.mu is held.
-func (k *keyRanges) cut(now time.Time, r *hotRange) {
-	k.c.rangeCuts.Add(1)
+// it accepted nothing, and returns what it accepted (units/s). k.mu is held.
+func (k *keyRanges) cut(now time.Time, r *hotRange) (accepted float64) {
+	k.c.Count(ingest.EventRangeCuts, 1)
 	prev := r.peak
 	r.refill(now)
 	// The ceiling is what it accepted in the last second, or the rate it
@@ -371,6 +394,7 @@ func (k *keyRanges) cut(now time.Time, r *hotRange) {
 	r.tokens = r.rate * k.slice.Seconds()
 	r.step = 0
 	r.changed, r.probeAt = now, now.Add(r.hold)
+	return ceiling
 }
 
 // split cuts the range holding a cool key at it. A side that holds a key
@@ -469,384 +493,4 @@ func (k *keyRanges) forget(i int) {
 	}
 	k.hot = append(k.hot[:i], k.hot[i+1:]...)
 	k.log.Debug("hot key range forgotten", "low", r.low.key, "high", r.high.key, "rate", r.rate)
-}
-
-// refill adds the tokens earned since the last refill, up to one slice.
-func (r *hotRange) refill(now time.Time) {
-	if now.After(r.filled) {
-		r.tokens += r.rate * now.Sub(r.filled).Seconds()
-		r.filled = now
-	}
-}
-
-// fits reports whether cost more units may go to r at now: the sink's
-// Retry-After is over (or will be before the slice's second send), a token
-// is left this slice, and the last second's account has room within ahead
-// (a slice for records taken when it opens, which are sent across it; 0
-// for one about to be sent), or is empty, for a record costing more than a
-// second.
-func (k *keyRanges) fits(now time.Time, r *hotRange, cost int64, ahead time.Duration) bool {
-	if now.Add(k.slice / sendsPerSlice).Before(r.notBefore) {
-		return false
-	}
-	r.refill(now)
-	r.tokens = min(r.tokens, max(r.rate*k.slice.Seconds(), 1))
-	at := max(k.at(now), r.last)
-	if r.tokens <= 0 || (r.sent.Sum(at) > 0 && r.sent.WaitFor(at, 0, cost, max(int64(r.rate), cost)) > ahead) {
-		r.limited = now
-		return false
-	}
-	return true
-}
-
-// charge records cost units sent to r at now.
-func (k *keyRanges) charge(now time.Time, r *hotRange, cost int64) {
-	r.tokens -= float64(cost)
-	r.last = max(r.last, k.at(now))
-	r.sent.Add(r.last, cost)
-}
-
-// rangeVerdict is what take does with a record.
-type rangeVerdict int
-
-const (
-	rangeSend rangeVerdict = iota // send it now
-	rangeHeld                     // its range holds it back
-	rangeFull                     // its range would hold it, but enough are held: leave it in line
-)
-
-// admit decides about a record about to be taken at now: sent now (and
-// charged to its range, if it has one), or held back by its range (queued
-// behind the records the range already holds). A fresh record is held only
-// while the held records cost less than limit units; beyond it, it is left
-// in line (rangeFull), so a range that takes every record (sequential keys)
-// holds the worker to its rate with bounded memory.
-func (k *keyRanges) admit(now time.Time, it *item, fresh bool, limit int64) rangeVerdict {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	r := k.find(rangeKey(it.rec))
-	if r == nil {
-		return rangeSend
-	}
-	if r.waiting.len() == 0 && k.fits(now, r, it.rec.Cost, k.slice) {
-		k.charge(now, r, it.rec.Cost)
-		return rangeSend
-	}
-	if fresh && k.heldUnits+it.rec.Cost > limit {
-		return rangeFull
-	}
-	k.hold(now, r, it, false)
-	return rangeHeld
-}
-
-// admitUnit decides about a unit kept whole (a batch retried as it was
-// sent): it goes now, charged to its records' ranges, only if every one of
-// them has room for its share; else it waits for a later slice.
-func (k *keyRanges) admitUnit(now time.Time, u *unit) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	need := map[*hotRange]int64{}
-	for _, it := range u.items {
-		if r := k.find(rangeKey(it.rec)); r != nil {
-			need[r] += it.rec.Cost
-		}
-	}
-	for r, units := range need {
-		if !k.fits(now, r, units, k.slice) {
-			r.held = now
-			return false
-		}
-	}
-	for r, units := range need {
-		k.charge(now, r, units)
-	}
-	return true
-}
-
-// hold queues it in r, first in line when it was throttled. k.mu is held.
-func (k *keyRanges) hold(now time.Time, r *hotRange, it *item, first bool) {
-	if first {
-		r.waiting.pushFront(it)
-	} else {
-		r.waiting.push(it)
-	}
-	r.held = now
-	k.heldUnits += it.rec.Cost
-	k.heldCount++
-	k.on.Store(true)
-}
-
-// requeue holds a throttled record in its range, first in line, and holds
-// the range for the sink's Retry-After. False when its key is in no range.
-func (k *keyRanges) requeue(now time.Time, it *item, retryAfter time.Duration) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	r := k.find(rangeKey(it.rec))
-	if r == nil {
-		return false
-	}
-	if until := now.Add(retryAfter); until.After(r.notBefore) {
-		r.notBefore = until
-	}
-	k.hold(now, r, it, true)
-	return true
-}
-
-// recheck looks again, just before a send, at the records of a unit taken
-// when its slice opened: those whose range was found or cut since then are
-// sent only if it has room now, else held. It returns what is left to
-// send, nil when nothing is.
-func (k *keyRanges) recheck(now, open time.Time, u *unit) *unit {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var keep []*item
-	for i, it := range u.items {
-		r := k.find(rangeKey(it.rec))
-		switch {
-		case r == nil || !r.changed.After(open):
-		case k.fits(now, r, it.rec.Cost, 0):
-			k.charge(now, r, it.rec.Cost)
-		default:
-			if keep == nil {
-				keep = append(make([]*item, 0, len(u.items)), u.items[:i]...)
-			}
-			k.hold(now, r, it, false)
-			continue
-		}
-		if keep != nil {
-			keep = append(keep, it)
-		}
-	}
-	switch {
-	case keep == nil:
-		return u
-	case len(keep) == 0:
-		return nil
-	}
-	return newUnit(keep)
-}
-
-// take moves the ranges on to now (probes, forgets quiet ones) and returns
-// the held records that may be sent now, within room units, appended to
-// out, and their cost. tail: nothing is waiting but what the ranges hold
-// (the end of a backlog), so they probe as fast as they can.
-func (k *keyRanges) take(now time.Time, room int64, out []*item, tail bool) ([]*item, int64) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var spent int64
-	for len(k.released) > 0 && k.released[0].rec.Cost <= room-spent {
-		it := k.released[0]
-		k.released = k.released[1:]
-		spent += it.rec.Cost
-		out = append(out, it)
-	}
-	for i := 0; i < len(k.hot); i++ {
-		r := k.hot[i]
-		if now.Sub(r.throttled) >= rangeQuiet && now.Sub(r.held) >= rangeQuiet && r.waiting.len() == 0 {
-			k.forget(i)
-			i--
-			continue
-		}
-		k.probe(now, r, tail)
-		for r.waiting.len() > 0 {
-			it := r.waiting.peek()
-			if it.rec.Cost > room-spent || !k.fits(now, r, it.rec.Cost, k.slice) {
-				break
-			}
-			r.waiting.pop()
-			k.charge(now, r, it.rec.Cost)
-			spent += it.rec.Cost
-			out = append(out, it)
-		}
-	}
-	k.countHeld()
-	k.on.Store(len(k.hot) > 0 || len(k.released) > 0)
-	return out, spent
-}
-
-// countHeld recounts the records held. k.mu is held.
-func (k *keyRanges) countHeld() {
-	var units, count int64
-	for _, r := range k.hot {
-		for it := range r.waiting.all() {
-			units += it.rec.Cost
-			count++
-		}
-	}
-	for _, it := range k.released {
-		units += it.rec.Cost
-		count++
-	}
-	k.heldUnits, k.heldCount = units, count
-}
-
-// probe raises a range that holds records back once its hold is over: by
-// rangeProbe of its ceiling every slice while near the ceiling, then by a
-// step that doubles every slice once past rangeGrowth × the ceiling (at
-// once when the ceiling is unknown or only held records are left: tail),
-// so a range the store split is found within a few slices and one it did
-// not is probed gently. k.mu is held.
-func (k *keyRanges) probe(now time.Time, r *hotRange, tail bool) {
-	if now.Before(r.probeAt) || now.Sub(r.limited) > 2*k.slice {
-		return // holding, or its rate is not what holds its records back
-	}
-	switch {
-	case r.step == 0 && (r.peak == 0 || tail):
-		r.step = r.rate
-	case r.step == 0:
-		r.step = rangeProbe * max(r.peak, r.rate)
-	case r.peak == 0 || tail || r.rate >= rangeGrowth*r.peak:
-		r.step *= 2
-	}
-	// Never far above what it sent in the last second (with this slice's
-	// share): the sink's sliding second shows an excess only once it has
-	// been sent. At the tail, what is left is all there is to send.
-	next := r.rate + r.step
-	if !tail {
-		sent := float64(r.sent.Sum(max(k.at(now), r.last))) + r.rate*k.slice.Seconds()
-		next = min(next, rangeLead*sent)
-	}
-	r.rate = max(r.rate, next)
-	r.probeAt = now.Add(k.slice)
-}
-
-// holding reports whether ranges hold records back.
-func (k *keyRanges) holding() bool {
-	if !k.active() {
-		return false
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.heldCount > 0
-}
-
-// heldRecords is how many records the ranges hold.
-func (k *keyRanges) heldRecords() int64 {
-	if !k.active() {
-		return 0
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.heldCount
-}
-
-// keyMark is a key seen at an instant, with the units accepted for it.
-type keyMark struct {
-	key   string
-	at    time.Duration
-	units int64
-}
-
-// keyRing keeps the latest size marks; its buffer is allocated at the
-// first one.
-type keyRing struct {
-	size int
-	buf  []keyMark
-	next int // where the next mark goes
-	n    int // marks kept
-}
-
-func (r *keyRing) add(m keyMark) {
-	if r.buf == nil {
-		r.buf = make([]keyMark, r.size)
-	}
-	r.buf[r.next] = m
-	r.next = (r.next + 1) % len(r.buf)
-	r.n = min(r.n+1, len(r.buf))
-}
-
-// each calls fn on the marks, oldest first.
-func (r *keyRing) each(fn func(keyMark)) {
-	if r.n == 0 {
-		return
-	}
-	start := (r.next - r.n + len(r.buf)) % len(r.buf)
-	for i := range r.n {
-		fn(r.buf[(start+i)%len(r.buf)])
-	}
-}
-
-// itemQueue is a FIFO of records.
-type itemQueue struct {
-	items []*item
-	head  int
-}
-
-func (q *itemQueue) len() int { return len(q.items) - q.head }
-
-func (q *itemQueue) push(it *item) { q.items = append(q.items, it) }
-
-func (q *itemQueue) pushFront(it *item) {
-	if q.head > 0 {
-		q.head--
-		q.items[q.head] = it
-		return
-	}
-	q.items = append([]*item{it}, q.items...)
-}
-
-func (q *itemQueue) peek() *item { return q.items[q.head] }
-
-func (q *itemQueue) pop() *item {
-	it := q.items[q.head]
-	q.items[q.head] = nil
-	q.head++
-	if q.head == len(q.items) {
-		q.items, q.head = q.items[:0], 0
-	} else if q.head >= 1024 && 2*q.head >= len(q.items) {
-		n := copy(q.items, q.items[q.head:])
-		clear(q.items[n:])
-		q.items, q.head = q.items[:n], 0
-	}
-	return it
-}
-
-// all yields the queued records in order.
-func (q *itemQueue) all() func(func(*item) bool) {
-	return func(yield func(*item) bool) {
-		for _, it := range q.items[q.head:] {
-			if !yield(it) {
-				return
-			}
-		}
-	}
-}
-
-// The pipeline's side of the key ranges: what take, dispatch and write ask.
-
-// rangeAdmit appends to fresh the records of items their ranges let go now
-// (charged to them) and holds the others; it returns fresh and the cost of
-// what it appended.
-func (p *Pipeline) rangeAdmit(now time.Time, items []*item, fresh []*item) ([]*item, int64) {
-	var spent int64
-	for _, it := range items {
-		if p.ranges.active() && p.ranges.admit(now, it, false, 0) == rangeHeld {
-			continue
-		}
-		fresh = append(fresh, it)
-		spent += it.rec.Cost
-	}
-	return fresh, spent
-}
-
-// releaseHeld appends to fresh the held records whose ranges have room in
-// a slice opened at now, within room units, and returns fresh and their
-// cost. Records the source no longer owns are dropped.
-func (p *Pipeline) releaseHeld(now time.Time, room int64, fresh []*item) ([]*item, int64) {
-	n := len(fresh)
-	tail := len(p.fetched) == 0 && !p.demand.lagging()
-	fresh, spent := p.ranges.take(now, room, fresh, tail)
-	if p.owner == nil {
-		return fresh, spent
-	}
-	kept := fresh[:n]
-	for _, it := range fresh[n:] {
-		if !p.owner.Owns(it.rec) {
-			spent -= it.rec.Cost
-			p.drop(it)
-			continue
-		}
-		kept = append(kept, it)
-	}
-	return kept, spent
 }

@@ -1,10 +1,12 @@
-package ingest
+package pipeline
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // Dead-letter writing: up to letterBatch records per write, each write
@@ -95,9 +97,9 @@ func (p *Pipeline) deadLetters(ctx context.Context, closing <-chan struct{}) {
 				return
 			}
 		}
-		letters := make([]DeadLetter, len(batch))
+		letters := make([]ingest.DeadLetter, len(batch))
 		for i, l := range batch {
-			letters[i] = DeadLetter{Record: l.it.rec, Reason: l.reason}
+			letters[i] = ingest.DeadLetter{Record: l.it.rec, Reason: l.reason}
 		}
 		wctx, cancel := context.WithTimeout(ctx, letterTimeout)
 		err := p.p.DeadLetters.DeadLetter(wctx, letters...)
@@ -121,7 +123,7 @@ func (p *Pipeline) deadLetters(ctx context.Context, closing <-chan struct{}) {
 		p.letters.failing.Store(0)
 		now := time.Now()
 		for _, l := range batch {
-			total := p.c.deadLettered.Add(1)
+			total := p.c.Count(ingest.EventDeadLettered, 1)
 			p.letterLog.Do(func() {
 				p.log.Warn("record dead-lettered", "record_id", l.it.rec.ID, "source", l.it.rec.Pos.String(),
 					"reason", l.reason, "dead_lettered_total", total)

@@ -1,4 +1,4 @@
-package ingest_test
+package pipeline_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/pacing"
+	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/sink"
 )
 
@@ -214,13 +215,13 @@ type rig struct {
 	dlq   *fakeDLQ
 	capa  *fixedRate
 	pacer *pacing.Pacer
-	p     *ingest.Pipeline
+	p     *pipeline.Pipeline
 	log   *strings.Builder
 }
 
 // newRig builds a pipeline over the fakes with the real pacer at rate
 // units/s and the real retry policy (3 attempts); call it inside a bubble.
-func newRig(t *testing.T, cfg ingest.PipelineConfig, rate float64, values ...string) *rig {
+func newRig(t *testing.T, cfg pipeline.Config, rate float64, values ...string) *rig {
 	t.Helper()
 	r := &rig{
 		src:  newFakeSource(values...),
@@ -233,7 +234,7 @@ func newRig(t *testing.T, cfg ingest.PipelineConfig, rate float64, values ...str
 	r.pacer, err = pacing.New(pacing.Config{}, r.capa)
 	require.NoError(t, err)
 	cfg.Logger = slog.New(slog.NewTextHandler(syncWriter{w: r.log}, nil))
-	r.p, err = ingest.NewPipeline(cfg, ingest.Ports{
+	r.p, err = pipeline.New(cfg, pipeline.Ports{
 		Source: r.src, DeadLetters: r.dlq, Sink: r.sink, Retry: sink.Policy{MaxAttempts: 3}, Pacer: r.pacer, Capacity: r.capa,
 	})
 	require.NoError(t, err)
@@ -241,9 +242,9 @@ func newRig(t *testing.T, cfg ingest.PipelineConfig, rate float64, values ...str
 }
 
 // newPipelineFor builds a pipeline like r's over sink s instead of r.sink.
-func newPipelineFor(t *testing.T, r *rig, s ingest.Sink) *ingest.Pipeline {
+func newPipelineFor(t *testing.T, r *rig, s ingest.Sink) *pipeline.Pipeline {
 	t.Helper()
-	p, err := ingest.NewPipeline(ingest.PipelineConfig{IDField: "id", Logger: slog.New(slog.NewTextHandler(syncWriter{w: r.log}, nil))}, ingest.Ports{
+	p, err := pipeline.New(pipeline.Config{IDField: "id", Logger: slog.New(slog.NewTextHandler(syncWriter{w: r.log}, nil))}, pipeline.Ports{
 		Source: r.src, DeadLetters: r.dlq, Sink: s, Retry: sink.Policy{MaxAttempts: 3}, Pacer: r.pacer, Capacity: r.capa,
 	})
 	require.NoError(t, err)
@@ -298,7 +299,7 @@ func records(n int) []string {
 func TestPipelineDeliversEveryRecordOnceWithinTheRate(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id"}, 1000, records(5000)...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 1000, records(5000)...)
 		r.sink.latency = func(n int) time.Duration { return time.Duration(2+n%5) * time.Millisecond }
 		took, err := r.run(t, time.Minute)
 		require.NoError(t, err)
@@ -323,7 +324,7 @@ func TestPipelineDeliversEveryRecordOnceWithinTheRate(t *testing.T) {
 func TestPipelineHoldsTheSinkSecondWhenFirstAnswersAreSlow(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id"}, 1000, records(3000)...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 1000, records(3000)...)
 		r.sink.latency = func(n int) time.Duration {
 			if n <= 20 {
 				return 32 * time.Millisecond
@@ -343,10 +344,10 @@ func TestPipelineHoldsTheSinkSecondWhenFirstAnswersAreSlow(t *testing.T) {
 func TestPipelinePausesOnSinkWideFailures(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		name   string
-		until  time.Duration
-		fail   error
-		answer func(id string, attempt int) ingest.Result
+		name      string
+		until     time.Duration
+		fail      error
+		throttled bool // every record answered 429 with Retry-After 3600, not 503
 	}{
 		{name: "401 for 10 s", until: 10 * time.Second, fail: &ingest.SinkError{Err: errors.New("sink: HTTP 401: invalid token")}},
 		{name: "503 for 20 s", until: 20 * time.Second, fail: &ingest.SinkError{Err: errors.New("sink: HTTP 503: down")}},
@@ -354,11 +355,17 @@ func TestPipelinePausesOnSinkWideFailures(t *testing.T) {
 			fail: &ingest.SinkError{Throttled: true, RetryAfter: time.Hour, Err: errors.New("sink: HTTP 429")}},
 		{name: "an answer it cannot read for 10 s", until: 10 * time.Second, fail: fmt.Errorf("%w: 0 results for 10 records", sink.ErrProtocol)},
 		{name: "every record retryable for 10 s", until: 10 * time.Second},
+		// Outages of an hour, in each shape: nothing is dead-lettered,
+		// every record is stored once, probes come at most every 30 s.
+		{name: "503 for an hour", until: time.Hour, fail: &ingest.SinkError{Err: errors.New("sink: HTTP 503: down")}},
+		{name: "every record retryable for an hour", until: time.Hour},
+		{name: "every record throttled with Retry-After 3600 for an hour", until: time.Hour, throttled: true},
+		{name: "an answer it cannot read for an hour", until: time.Hour, fail: fmt.Errorf("%w: 0 results for 10 records", sink.ErrProtocol)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, ingest.PipelineConfig{IDField: "id"}, 1000, records(300)...)
+				r := newRig(t, pipeline.Config{IDField: "id"}, 1000, records(300)...)
 				r.sink.fail = func(now time.Duration) error {
 					if now < tt.until && tt.fail != nil {
 						return tt.fail
@@ -367,7 +374,11 @@ func TestPipelinePausesOnSinkWideFailures(t *testing.T) {
 				}
 				if tt.fail == nil {
 					r.sink.answer = func(string, int) ingest.Result {
-						if time.Since(r.sink.start) < tt.until {
+						switch {
+						case time.Since(r.sink.start) >= tt.until:
+						case tt.throttled:
+							return ingest.Result{Outcome: ingest.Retryable, Throttled: true, RetryAfter: time.Hour, Reason: "HTTP 429"}
+						default:
 							return ingest.Result{Outcome: ingest.Retryable, Reason: "HTTP 503"}
 						}
 						return ingest.Result{Outcome: ingest.Delivered}
@@ -391,7 +402,7 @@ func TestPipelinePausesOnSinkWideFailures(t *testing.T) {
 						}
 					}
 				}()
-				took, err := r.run(t, 5*time.Minute)
+				took, err := r.run(t, tt.until+5*time.Minute)
 				close(stop)
 				<-sampled
 				require.NoError(t, err)
@@ -412,7 +423,7 @@ func TestPipelinePausesOnSinkWideFailures(t *testing.T) {
 				r.sink.mu.Lock()
 				requests := r.sink.requests
 				r.sink.mu.Unlock()
-				require.Less(t, requests, 60, "probes, not a hammering: %d requests", requests)
+				require.Less(t, requests, 60+int(tt.until/(5*time.Second)), "probes every 5 s at most, not a hammering: %d requests", requests)
 				logs := r.logs()
 				require.Equal(t, 1, strings.Count(logs, "sink paused"), logs)
 				require.Equal(t, 1, strings.Count(logs, "sink resumed"), logs)
@@ -429,7 +440,7 @@ func TestPipelinePausesOnSinkWideFailures(t *testing.T) {
 func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", MaxBatch: 10}, 1000, records(200)...)
+		r := newRig(t, pipeline.Config{IDField: "id", MaxBatch: 10}, 1000, records(200)...)
 		failed := 0
 		r.sink.fail = func(now time.Duration) error {
 			if failed < 3 {
@@ -458,7 +469,7 @@ func TestPipelineRetriesAFailedBatchWhole(t *testing.T) {
 func TestPipelineProbeLeavesOtherDueRetriesQueued(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", MaxBatch: 10}, 1000, records(300)...)
+		r := newRig(t, pipeline.Config{IDField: "id", MaxBatch: 10}, 1000, records(300)...)
 		r.sink.answer = func(id string, attempt int) ingest.Result {
 			if id == "r145" && attempt == 1 {
 				return ingest.Result{Outcome: ingest.Retryable, Throttled: true, Reason: "HTTP 429"}
@@ -483,16 +494,18 @@ func TestPipelineProbeLeavesOtherDueRetriesQueued(t *testing.T) {
 }
 
 // Per-record results: a throttled record never uses up attempts; a record
-// answered retryable (alone, among delivered ones) gives up after the
-// policy's attempts; a refused one is dead-lettered at once; their
-// neighbours are delivered; retries are charged to the budget.
+// answered retryable among delivered ones gives up after the policy's
+// attempts; a refused one is dead-lettered at once; their neighbours are
+// delivered; retries are charged to the budget. (At 50 records/s the
+// records flow for two seconds, so the retried record's attempts share
+// requests with others the sink stores.)
 func TestPipelineRoutesPerRecordResults(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		values := records(100)
 		values[3] = `not json`
 		values[7] = `{"n":7}` // no id
-		r := newRig(t, ingest.PipelineConfig{IDField: "id"}, 500, values...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 50, values...)
 		r.sink.answer = func(id string, attempt int) ingest.Result {
 			switch {
 			case id == "r1":
@@ -508,9 +521,6 @@ func TestPipelineRoutesPerRecordResults(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, r.sink.stored, 96, "every neighbour delivered")
 		require.Equal(t, 1, r.sink.stored["r4"], "throttled six times, then stored: throttling never dead-letters")
-		// Alone in a request, an answer of nothing but retryable records may
-		// be the sink's failure: the sink is paused and probed again a few
-		// times before the record's own attempts count.
 		require.GreaterOrEqual(t, r.sink.attempts["r1"], 3)
 		require.Equal(t, "record t/0@1 (id r1): gave up after 3 attempts: HTTP 503", r.dlq.reasons["r1"])
 		require.Equal(t, "record t/0@2 (id r2): HTTP 400: bad field", r.dlq.reasons["r2"])
@@ -534,7 +544,7 @@ func TestPipelineDeliversGoodRecordsWhileTheDeadLetterTopicIsDown(t *testing.T) 
 		for i := 0; i < len(values); i += 10 {
 			values[i] = fmt.Sprintf(`{"n":%d}`, i) // no id: dead-lettered
 		}
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", ReadyAfter: 5 * time.Second}, 1000, values...)
+		r := newRig(t, pipeline.Config{IDField: "id", ReadyAfter: 5 * time.Second}, 1000, values...)
 		var down sync.Mutex
 		up := false
 		r.dlq.down = func() bool { down.Lock(); defer down.Unlock(); return !up }
@@ -565,15 +575,15 @@ func TestPipelineDeliversGoodRecordsWhileTheDeadLetterTopicIsDown(t *testing.T) 
 func TestPipelineGivesUpOnASinkThatStaysDown(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", StallTimeout: time.Minute}, 1000, records(50)...)
+		r := newRig(t, pipeline.Config{IDField: "id", StallTimeout: time.Minute}, 1000, records(50)...)
 		r.sink.fail = func(time.Duration) error { return errors.New("dial tcp 127.0.0.1:1: connect: connection refused") }
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		start := time.Now()
 		err := r.p.Run(ctx)
-		var se *ingest.StalledError
+		var se *pipeline.StalledError
 		require.ErrorAs(t, err, &se)
-		require.ErrorIs(t, err, ingest.ErrStalled)
+		require.ErrorIs(t, err, pipeline.ErrStalled)
 		require.ErrorContains(t, err, "the sink is paused")
 		require.ErrorContains(t, err, "connection refused")
 		require.InDelta(t, time.Minute.Seconds(), time.Since(start).Seconds(), 2)
@@ -587,7 +597,7 @@ func TestPipelineGivesUpOnASinkThatStaysDown(t *testing.T) {
 func TestPipelineCancelsAWriteAtTheRequestTimeout(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", RequestTimeout: 300 * time.Millisecond}, 1000, records(10)...)
+		r := newRig(t, pipeline.Config{IDField: "id", RequestTimeout: 300 * time.Millisecond}, 1000, records(10)...)
 		r.sink.latency = func(n int) time.Duration {
 			if n == 1 {
 				return time.Hour
@@ -608,7 +618,7 @@ func TestPipelineDeadLettersRecordsCostlierThanThePool(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		values := []string{`{"id":"small"}`, `{"id":"huge","pad":"` + strings.Repeat("x", 60) + `"}`}
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", Pricing: ingest.Pricing{Unit: ingest.UnitBytes}, MaxRecordCost: 40}, 40, values...)
+		r := newRig(t, pipeline.Config{IDField: "id", Pricing: ingest.Pricing{Unit: ingest.UnitBytes}, MaxRecordCost: 40}, 40, values...)
 		_, err := r.run(t, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, 1, r.sink.stored["small"])
@@ -625,9 +635,9 @@ func (s owningSource) Owns(r ingest.Record) bool { return r.Pos.Offset%2 == 0 }
 func TestPipelineDropsRecordsItNoLongerOwns(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id"}, 1000)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 1000)
 		src := owningSource{newFakeSource(records(40)...)}
-		p, err := ingest.NewPipeline(ingest.PipelineConfig{IDField: "id"}, ingest.Ports{
+		p, err := pipeline.New(pipeline.Config{IDField: "id"}, pipeline.Ports{
 			Source: src, DeadLetters: r.dlq, Sink: r.sink, Retry: sink.Policy{}, Pacer: r.pacer, Capacity: r.capa,
 		})
 		require.NoError(t, err)
@@ -652,7 +662,7 @@ func TestPipelineDropsRecordsItNoLongerOwns(t *testing.T) {
 func TestPipelineChargesWhatTheSinkReports(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", Pricing: ingest.Pricing{Unit: ingest.UnitCost, PerRecord: 10}}, 1000, records(2000)...)
+		r := newRig(t, pipeline.Config{IDField: "id", Pricing: ingest.Pricing{Unit: ingest.UnitCost, PerRecord: 10}}, 1000, records(2000)...)
 		r.sink.answer = func(string, int) ingest.Result { return ingest.Result{Outcome: ingest.Delivered, Charge: 15} }
 		_, err := r.run(t, time.Minute)
 		require.NoError(t, err)
@@ -668,7 +678,7 @@ func TestPipelineChargesWhatTheSinkReports(t *testing.T) {
 func TestPipelineAnnouncesBacklogThenIdles(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id"}, 100, records(200)...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 100, records(200)...)
 		_, err := r.run(t, time.Minute)
 		require.NoError(t, err)
 		r.capa.mu.Lock()
@@ -684,7 +694,7 @@ func TestPipelineAnnouncesBacklogThenIdles(t *testing.T) {
 func TestPipelineReportsThrottlingToThePacer(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", MaxBatch: 10}, 1000, records(300)...)
+		r := newRig(t, pipeline.Config{IDField: "id", MaxBatch: 10}, 1000, records(300)...)
 		r.sink.answer = func(id string, attempt int) ingest.Result {
 			if attempt == 1 && (id == "r3" || id == "r250") {
 				return ingest.Result{Outcome: ingest.Retryable, Throttled: true, Reason: "HTTP 429"}
@@ -779,7 +789,7 @@ func TestPipelineSlowsOnlyTheThrottledKeyRange(t *testing.T) {
 			}
 			values[i] = fmt.Sprintf(`{"id":%q}`, key)
 		}
-		r := newRig(t, ingest.PipelineConfig{IDField: "id"}, 1000, values...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 1000, values...)
 		rs := newRangeSink([]string{"hot/", "hot0"}, []int64{0, 50, 0})
 		rs.start = r.sink.start
 		r.p = newPipelineFor(t, r, rs)
@@ -803,7 +813,7 @@ func TestPipelineSlowsOnlyTheThrottledKeyRange(t *testing.T) {
 func TestPipelineRunsAtTheRateOfTheOnlyHotRange(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id"}, 1000, records(4500)...)
+		r := newRig(t, pipeline.Config{IDField: "id"}, 1000, records(4500)...)
 		rs := newRangeSink(nil, []int64{300})
 		rs.start = r.sink.start
 		r.p = newPipelineFor(t, r, rs)
@@ -842,7 +852,7 @@ func TestPipelineRunsAtTheRateOfTheOnlyHotRange(t *testing.T) {
 func TestPipelineShutdownCancelsWritesAfterTheGrace(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, ingest.PipelineConfig{IDField: "id", Grace: 2 * time.Second, RequestTimeout: time.Minute}, 1000, records(5)...)
+		r := newRig(t, pipeline.Config{IDField: "id", Grace: 2 * time.Second, RequestTimeout: time.Minute}, 1000, records(5)...)
 		r.sink.latency = func(int) time.Duration { return time.Hour }
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -857,14 +867,14 @@ func TestPipelineShutdownCancelsWritesAfterTheGrace(t *testing.T) {
 	})
 }
 
-func TestNewPipelineValidates(t *testing.T) {
+func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	_, err := ingest.NewPipeline(ingest.PipelineConfig{}, ingest.Ports{})
+	_, err := pipeline.New(pipeline.Config{}, pipeline.Ports{})
 	require.ErrorContains(t, err, "needs a source")
 	r := &fixedRate{rate: 1}
 	pacer, err := pacing.New(pacing.Config{}, r)
 	require.NoError(t, err)
-	ports := ingest.Ports{Source: newFakeSource(), DeadLetters: &fakeDLQ{}, Sink: newFakeSink(), Retry: sink.Policy{}, Pacer: pacer, Capacity: r}
-	_, err = ingest.NewPipeline(ingest.PipelineConfig{MaxBatch: -1}, ports)
+	ports := pipeline.Ports{Source: newFakeSource(), DeadLetters: &fakeDLQ{}, Sink: newFakeSink(), Retry: sink.Policy{}, Pacer: pacer, Capacity: r}
+	_, err = pipeline.New(pipeline.Config{MaxBatch: -1}, ports)
 	require.ErrorContains(t, err, "must not be negative")
 }

@@ -1,4 +1,4 @@
-package ingest
+package pipeline
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 // maxLetterBacklog is how many records may wait for the dead-letter topic
@@ -61,7 +63,7 @@ func (p *Pipeline) fetch(ctx context.Context, raw chan<- *item) {
 			continue
 		}
 		p.fetchFailing.Store(0)
-		p.c.noteFetch(time.Now())
+		p.c.NoteFetch(time.Now())
 		p.demand.started.Store(true)
 		it := &item{rec: rec, bytes: recordBytes(rec)}
 		p.inFlight.add(it.bytes)
@@ -101,16 +103,16 @@ func (p *Pipeline) prepare(it *item) {
 	if rec.ID != "" {
 		field = ""
 	}
-	id, err := ScanObject(rec.Value, field)
+	id, err := ingest.ScanObject(rec.Value, field)
 	switch {
-	case errors.Is(err, ErrNotObject):
+	case errors.Is(err, ingest.ErrNotObject):
 		it.invalid = fmt.Sprintf("%s: value is %v", describe(rec), err)
 	case err != nil:
 		it.invalid = fmt.Sprintf("%s: %v", describe(rec), err)
 	}
 	if rec.ID == "" {
 		if id == "" {
-			id = ContentID(rec.Value)
+			id = ingest.ContentID(rec.Value)
 		}
 		rec.ID = id
 	}

@@ -1,20 +1,15 @@
-package ingest
+package pipeline
 
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
-// RecordOverhead is what a record in flight is counted as beyond its key
-// and value, in bytes: its bookkeeping (the item, the Record, the queue's
-// message and offset entry, its ID). It keeps a byte budget a bound on
-// memory for records of a few bytes, too: a budget of B bytes holds at most
-// B ÷ RecordOverhead records.
-const RecordOverhead = 256
-
 // recordBytes is what rec counts against the in-flight byte budget.
-func recordBytes(rec Record) int64 {
-	return int64(len(rec.Key)+len(rec.Value)+len(rec.ID)) + RecordOverhead
+func recordBytes(rec ingest.Record) int64 {
+	return int64(len(rec.Key)+len(rec.Value)+len(rec.ID)) + ingest.RecordOverhead
 }
 
 // inFlight counts the records fetched and not finished, and their bytes

@@ -1,4 +1,4 @@
-package ingest_test
+package pipeline_test
 
 import (
 	"context"
@@ -7,39 +7,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/ingest/ingesttest"
 	"github.com/sluicehq/sluice/pacing"
+	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/sink"
 )
-
-// queue is an in-memory record source: the records of one queue partition,
-// then nothing. Done counts what the pipeline finished.
-type queue struct {
-	mu   sync.Mutex
-	recs []ingest.Record
-	done int
-	all  chan struct{} // closed when every record is done
-}
-
-func (q *queue) Fetch(ctx context.Context) (ingest.Record, error) {
-	q.mu.Lock()
-	if len(q.recs) > 0 {
-		r := q.recs[0]
-		q.recs = q.recs[1:]
-		q.mu.Unlock()
-		return r, nil
-	}
-	q.mu.Unlock()
-	<-ctx.Done()
-	return ingest.Record{}, ctx.Err()
-}
-
-func (q *queue) Done(ingest.Record) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.done++; q.done == cap(q.all) {
-		close(q.all)
-	}
-}
 
 // store is a sink that stores every record once, by ID, and notes when.
 type store struct {
@@ -71,21 +43,15 @@ func (l lease) Rate(time.Time) float64            { return float64(l) }
 func (l lease) Credit(from, to time.Time) float64 { return float64(l) * to.Sub(from).Seconds() }
 func (lease) SetDemand(float64)                   {}
 
-type discard struct{}
-
-func (discard) DeadLetter(context.Context, ...ingest.DeadLetter) error { return nil }
-
 // A pipeline drains 120 records into a sink at 200 records/s: slices of
 // 200 ms carry 40 records each, and no sliding second holds more than 200.
 func Example() {
 	const n, rate = 120, 200
-	q := &queue{all: make(chan struct{}, n)}
+	var values [][]byte
 	for i := range n {
-		q.recs = append(q.recs, ingest.Record{
-			Value: fmt.Appendf(nil, `{"id":"quake-%03d","mag":%d.%d}`, i, i%7, i%10),
-			Pos:   ingest.Position{Topic: "earthquakes", Offset: int64(i)},
-		})
+		values = append(values, fmt.Appendf(nil, `{"id":"quake-%03d","mag":%d.%d}`, i, i%7, i%10))
 	}
+	q := ingesttest.NewQueue("earthquakes", values...) // in memory, instead of Kafka
 	capacity := lease(rate)
 	pacer, err := pacing.New(pacing.Config{}, capacity)
 	if err != nil {
@@ -93,8 +59,8 @@ func Example() {
 		return
 	}
 	st := &store{ids: map[string]bool{}}
-	p, err := ingest.NewPipeline(ingest.PipelineConfig{IDField: "id"}, ingest.Ports{
-		Source: q, DeadLetters: discard{}, Sink: st, Retry: sink.Policy{}, Pacer: pacer, Capacity: capacity,
+	p, err := pipeline.New(pipeline.Config{IDField: "id"}, pipeline.Ports{
+		Source: q, DeadLetters: ingesttest.Discard{}, Sink: st, Retry: sink.Policy{}, Pacer: pacer, Capacity: capacity,
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -103,7 +69,7 @@ func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- p.Run(ctx) }()
-	<-q.all
+	<-q.Finished()
 	cancel()
 	fmt.Println("run:", <-done)
 

@@ -1,0 +1,267 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/sink"
+)
+
+// connectTimeout bounds each start-up check of a service: the brokers
+// answering, a Redis quorum answering with the credentials given.
+const connectTimeout = 10 * time.Second
+
+// Job is one record type a process drains: the Config its workers are
+// built from, where its records go, and how many workers drain it here.
+type Job struct {
+	// Config is the workers' configuration. Start fills in Redis, Sink,
+	// DeadLetters and Metrics, and Pool with the definition in force
+	// (see Setup).
+	Config Config
+	// SinkURL and Sink say where the records go (sink.Open); jobs with the
+	// same URL share one opened sink.
+	SinkURL string
+	Sink    sink.OpenConfig
+	// Workers is how many workers drain the topic in this process; 0
+	// builds none (a bulk load that only produces, for pods to drain).
+	Workers int
+	// TopicPartitions is how many partitions the topic gets when Start
+	// creates it; at least Workers, so that every worker has one.
+	TopicPartitions int
+	// WorkerID names worker i; nil: Config.WorkerID for every worker
+	// (its default, a random ID, when that is empty too).
+	WorkerID func(i int) string
+}
+
+// Setup is what Start builds a process from.
+type Setup struct {
+	// Redis says how to reach the Redis masters holding the pools.
+	Redis lease.RedisConfig
+	// Jobs are the record types the process drains, at least one. They
+	// share the first job's Brokers and Kafka setup.
+	Jobs []Job
+	// DeadLetterCopy, when set, receives every dead letter too, after the
+	// dead-letter topic has it (bulk-load's file of dead letters).
+	DeadLetterCopy ingest.DeadLetters
+	// Preflight checks, before any worker is built, that each sink answers
+	// within its job's request timeout, opening the connections the
+	// workers will use (bulk loads produce only once the sink works).
+	Preflight bool
+	// Metrics, when set, reports every worker to Prometheus.
+	Metrics *metrics.Collector
+	// Logger receives the start-up's and the workers' logs. Default:
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Process is what a sluice process shares between its workers — the Redis
+// clients, the Kafka admin, the dead-letter writer, one sink per URL — and
+// the workers built on them. Start builds it; Close releases it.
+type Process struct {
+	// Redis are the clients of the Redis masters holding the pools.
+	Redis []redis.UniversalClient
+	// Admin reads and creates topics and reads consumer groups.
+	Admin queue.Admin
+	// Jobs are the jobs as they run: each Config with the pool definition
+	// in force and the shared parts filled in.
+	Jobs []Job
+	// Workers are each job's workers, in the order of Jobs.
+	Workers [][]*Worker
+	// DeadLetters stores what the workers dead-letter: the dead-letter
+	// topic, and Setup.DeadLetterCopy when set.
+	DeadLetters ingest.DeadLetters
+
+	log     *slog.Logger
+	letters *queue.DeadLetterWriter
+	sinks   map[string]sink.Opened
+}
+
+// Start brings a process up in the order its parts depend on each other:
+// the brokers answer; a quorum of Redis masters answers; each job's pool
+// definition is stored, or the stored one adopted (a pool changed with
+// `sluice pool set`, a restarted pod); the topics and their dead-letter
+// topics exist; the sinks are opened (and, with Preflight, answer); the
+// dead-letter writer is ready; the workers are built. Errors about the
+// setup (an invalid Redis or pool setting, a pool defined differently in
+// Redis) wrap ErrConfig, lease.ErrInvalidConfig, lease.ErrInvalidPool or
+// lease.ErrPoolMismatch; others say which service failed. On an error
+// everything built so far is released.
+func Start(ctx context.Context, s Setup) (_ *Process, err error) {
+	if len(s.Jobs) == 0 {
+		return nil, &ConfigError{Field: "Jobs", Err: errors.New("at least one job is required")}
+	}
+	p := &Process{log: cmp.Or(s.Logger, slog.Default()), sinks: map[string]sink.Opened{}}
+	defer func() {
+		if err != nil {
+			_ = p.Close()
+		}
+	}()
+	first := s.Jobs[0].Config
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	err = queue.Check(cctx, first.Brokers, first.Kafka)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if p.Redis, err = lease.Connect(ctx, s.Redis, p.log); err != nil {
+		return nil, err
+	}
+	p.Admin = queue.Admin{Brokers: first.Brokers, Conn: first.Kafka}
+	for _, job := range s.Jobs {
+		if job.Config.Pool, err = p.ensurePool(ctx, job.Config.Pool); err != nil {
+			return nil, err
+		}
+		if err := p.Admin.EnsureTopics(ctx, job.Config.Topic, max(job.TopicPartitions, job.Workers, 1)); err != nil {
+			return nil, err
+		}
+		if err := p.openSink(ctx, job, s.Preflight); err != nil {
+			return nil, err
+		}
+		p.Jobs = append(p.Jobs, job)
+	}
+	if p.letters, err = queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: first.Brokers, Conn: first.Kafka, Logger: p.log}); err != nil {
+		return nil, err
+	}
+	p.DeadLetters = p.letters
+	if s.DeadLetterCopy != nil {
+		p.DeadLetters = teeDeadLetters{p.letters, s.DeadLetterCopy}
+	}
+	for i := range p.Jobs {
+		job := &p.Jobs[i]
+		cfg := &job.Config
+		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Metrics = p.Redis, p.sinks[job.SinkURL], p.DeadLetters, s.Metrics
+		cfg.Logger = cmp.Or(cfg.Logger, p.log)
+		var built []*Worker
+		for n := range job.Workers {
+			wc := *cfg
+			if job.WorkerID != nil {
+				wc.WorkerID = job.WorkerID(n)
+			}
+			w, err := New(wc)
+			if err != nil {
+				return nil, err
+			}
+			built = append(built, w)
+		}
+		p.Workers = append(p.Workers, built)
+	}
+	return p, nil
+}
+
+// ensurePool stores pool in every Redis master, or adopts the definition
+// stored there already and says so.
+func (p *Process) ensurePool(ctx context.Context, pool lease.Pool) (lease.Pool, error) {
+	for _, c := range p.Redis {
+		stored, err := lease.EnsurePool(ctx, c, "", pool)
+		if err != nil {
+			return pool, err
+		}
+		if stored.Capacity != pool.Capacity || stored.Partitions != pool.Partitions {
+			p.log.Info("pool defined differently in Redis; running with the stored definition",
+				"pool", stored.Name, "stored", stored.String(), "given", pool.String())
+			pool = stored
+		}
+	}
+	return pool, nil
+}
+
+// openSink opens job's sink unless a job before it uses the same URL and,
+// with preflight, checks that it answers.
+func (p *Process) openSink(ctx context.Context, job Job, preflight bool) error {
+	if p.sinks[job.SinkURL] != nil {
+		return nil
+	}
+	opened, err := sink.Open(ctx, job.SinkURL, job.Sink)
+	if err != nil {
+		return err
+	}
+	p.sinks[job.SinkURL] = opened
+	w, ok := opened.(ingest.Warmer)
+	if !preflight || !ok {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, cmp.Or(job.Config.RequestTimeout, ingest.DefaultRequestTimeout))
+	defer cancel()
+	if err := w.Warm(wctx, max(job.Config.Concurrency, 1)); err != nil {
+		return fmt.Errorf("sink %s: %w", sink.Redact(job.SinkURL), err)
+	}
+	return nil
+}
+
+// Sink returns the opened sink of job i.
+func (p *Process) Sink(i int) ingest.Sink { return p.sinks[p.Jobs[i].SinkURL] }
+
+// All returns every worker of every job.
+func (p *Process) All() []*Worker {
+	var all []*Worker
+	for _, ws := range p.Workers {
+		all = append(all, ws...)
+	}
+	return all
+}
+
+// Ready returns nil while every worker can make progress and the brokers
+// answer; else the first failure.
+func (p *Process) Ready(ctx context.Context) error {
+	for _, w := range p.All() {
+		if err := w.Ready(); err != nil {
+			return err
+		}
+	}
+	return p.Admin.Ping(ctx)
+}
+
+// Run runs every worker until ctx is done or one of them gives up, and
+// returns their errors joined (see Worker.Run).
+func (p *Process) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, w := range p.All() {
+		g.Go(func() error { return w.Run(ctx) })
+	}
+	return g.Wait()
+}
+
+// Close releases what Start built: the workers that did not run, the
+// sinks, the dead-letter writer and the Redis clients.
+func (p *Process) Close() error {
+	var errs []error
+	for _, w := range p.All() {
+		errs = append(errs, w.Close())
+	}
+	for _, s := range p.sinks {
+		errs = append(errs, s.Close())
+	}
+	if p.letters != nil {
+		errs = append(errs, p.letters.Close())
+	}
+	p.Admin.Close()
+	for _, c := range p.Redis {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// teeDeadLetters stores every dead letter in each of its stores, in order;
+// it fails when one fails (the pipeline then writes them all again, so a
+// letter may be in a store twice, never in none).
+type teeDeadLetters []ingest.DeadLetters
+
+func (t teeDeadLetters) DeadLetter(ctx context.Context, letters ...ingest.DeadLetter) error {
+	for _, d := range t {
+		if err := d.DeadLetter(ctx, letters...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
