@@ -26,26 +26,30 @@ demo: build ## bulk-load the USGS earthquakes through embedded Kafka, Redis and 
 	@echo "summary written to $(CACHE)/demo-summary.json"
 
 .PHONY: test
-test: services-start ## unit and integration tests with the race detector, one package at a time (starts redis-server, PostgreSQL, Azurite, json-server, DynamoDB Local and MinIO itself)
+test: services-start ## unit and integration tests with the race detector, one package at a time (starts redis-server, PostgreSQL, Azurite, json-server, DynamoDB Local, MinIO, fake-gcs-server and OpenSearch itself)
 	$(GO) test -race -count=1 -p 1 ./...; \
 		rc=$$?; $(MAKE) --no-print-directory services-stop; exit $$rc
 
 .PHONY: services-start
-services-start: ## start the PostgreSQL, Azurite, json-server, DynamoDB Local and MinIO that the sinks' tests and benchmarks use
+services-start: ## start the PostgreSQL, Azurite, json-server, DynamoDB Local, MinIO, fake-gcs-server and OpenSearch that the sinks' tests and benchmarks use
 	@mkdir -p $(CACHE)
 	scripts/postgres.sh start >/dev/null
 	scripts/azurite.sh start >/dev/null
 	scripts/jsonserver.sh start >/dev/null
 	scripts/dynamodb.sh start >/dev/null
 	scripts/s3.sh start >/dev/null
+	scripts/gcs.sh start >/dev/null
+	scripts/opensearch.sh start >/dev/null
 
 .PHONY: services-stop
-services-stop: ## stop the PostgreSQL, Azurite, json-server, DynamoDB Local and MinIO that tests started
+services-stop: ## stop the PostgreSQL, Azurite, json-server, DynamoDB Local, MinIO, fake-gcs-server and OpenSearch that tests started
 	scripts/postgres.sh stop
 	scripts/azurite.sh stop
 	scripts/jsonserver.sh stop
 	scripts/dynamodb.sh stop
 	scripts/s3.sh stop
+	scripts/gcs.sh stop
+	scripts/opensearch.sh stop
 
 # make e2e starts the broker and redis-server in their secured modes: the
 # broker's SASL_SSL, SSL and mTLS listeners (client port + 2, 3, 4) beside
@@ -60,7 +64,7 @@ E2E_REDIS_URL = redis://$(or $(SLUICE_REDIS_USERNAME),sluice):$(or $(SLUICE_REDI
 
 .PHONY: e2e
 e2e: export SLUICE_KAFKA_SECURE = 1
-e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured listeners included), DynamoDB Local and MinIO (started here), separate sluice processes, the release image built without Docker and run under podman; the queue package and the security tests against them too (the REST sink's tests start their own json-server)
+e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured listeners included), DynamoDB Local, MinIO, fake-gcs-server and OpenSearch (started here), separate sluice processes, the release image built without Docker and run under podman; the queue package and the security tests against them too (the REST sink's tests start their own json-server)
 	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 	@command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null; } # the secured modes' test certificates
 	@mkdir -p $(CACHE)
@@ -68,13 +72,16 @@ e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured list
 	SLUICE_REDIS_SECURE=1 scripts/redis.sh start
 	scripts/dynamodb.sh start >/dev/null
 	scripts/s3.sh start >/dev/null
+	scripts/gcs.sh start >/dev/null
+	scripts/opensearch.sh start >/dev/null
 	( rc=0; \
 		SLUICE_TEST_BROKERS=127.0.0.1:$(E2E_KAFKA_PORT) $(GO) test -race -tags e2e -count=1 ./queue/ || rc=1; \
 		$(GO) test -race -tags e2e -count=1 -run Secure ./lease/ || rc=1; \
 		SLUICE_E2E_BIN=$(abspath $(BIN)) SLUICE_E2E_BROKERS=127.0.0.1:$(E2E_KAFKA_PORT) SLUICE_E2E_REDIS_ADDR='$(E2E_REDIS_URL)' \
 			$(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e/ || rc=1; \
 		exit $$rc ) 2>&1 | tee $(CACHE)/e2e.log; \
-		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; scripts/dynamodb.sh stop; scripts/s3.sh stop; exit $$rc
+		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; scripts/dynamodb.sh stop; scripts/s3.sh stop; \
+		scripts/gcs.sh stop; scripts/opensearch.sh stop; exit $$rc
 
 .PHONY: image
 image: ## build the release image without Docker (scratch layers, .cache/image) and load it into podman, installed when missing; scripts/image.sh run|demo runs it with a read-only root
@@ -85,7 +92,7 @@ bench: ## benchmark scenarios 1-10 beside the alternatives (embedded Kafka and R
 	$(GO) run ./cmd/sluice-bench --out bench
 
 .PHONY: bench-sinks
-bench-sinks: services-start ## unthrottled writes per sink (records/s by batch size): the emulator, a REST API, PostgreSQL, Azurite, DynamoDB Local and MinIO (started here)
+bench-sinks: services-start ## unthrottled writes per sink (records/s by batch size): the emulator, a REST API, PostgreSQL, Azurite, DynamoDB Local, MinIO, fake-gcs-server and OpenSearch (started here)
 	$(GO) test -run '^$$' -bench 'Write$$' -benchtime 2s ./sink/ 2>&1 | tee $(CACHE)/bench-sinks.log; \
 		rc=$${PIPESTATUS[0]}; $(MAKE) --no-print-directory services-stop; exit $$rc
 

@@ -1,6 +1,7 @@
 // Package sink writes records to throttled services: the retry policy, the
 // sinks (HTTPSink, RESTSink, PostgresSink, AzureTablesSink, DynamoDBSink,
-// S3Sink; Open selects one by the --sink URL's scheme), and the wire
+// S3Sink, GCSSink, OpenSearchSink; Open selects one by the --sink URL's
+// scheme), and the wire
 // protocol of the throttled sink emulator (`sluice sink-sim`, package
 // sinksim) that is the oracle of every end-to-end test and benchmark.
 //
@@ -31,6 +32,51 @@
 // when the pool counts WCU; S3Sink writes one object per record named by
 // its sink key, or one NDJSON object per batch, with If-None-Match: * so
 // that an object stored already is a Duplicate.
+//
+// # Cloud Storage
+//
+// GCSSink (--sink gs://bucket/prefix) writes objects with the official
+// client, cloud.google.com/go/storage, over the JSON API, with
+// Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, the
+// gcloud CLI's application-default login, the metadata server of GCE,
+// GKE and Cloud Run), or none with ?endpoint= (an emulator such as
+// fake-gcs-server). Like S3Sink it writes one object per record named by
+// its sink key (layout=record) or one NDJSON object per batch
+// (layout=batch, optionally gzip). Every upload is one request with the
+// precondition ifGenerationMatch=0: an object that exists answers 412
+// and its record is a Duplicate, never overwritten. 429 and 503 are
+// throttling, 408 and other 5xx retried; a name over 1,024 bytes is
+// dead-lettered before any request. The client's retries are off, and
+// its transport cannot re-send a request on its own, so every attempt is
+// one the worker paced and charged. Cloud Storage's
+// request-rate guidance ("Request rate and access distribution
+// guidelines") is the seed of two of sluice's defaults: spread names
+// with --sink-key-strategy hash-prefix:N, and ramp a new bucket or
+// prefix up from about 1,000 writes/s, doubling at most every 20 minutes
+// (--ramp gcs).
+//
+// # OpenSearch and Elasticsearch
+//
+// OpenSearchSink (--sink opensearch://host:port/index, opensearchs://
+// for HTTPS; elasticsearch:// and elasticsearchs:// are aliases, as
+// Elasticsearch 7 and 8 answer _bulk the same way) writes each record as
+// one document, _id = the record ID, through the _bulk API over net/http:
+// the clients add retries of their own and a bulk helper that flushes on
+// its own schedule, which sluice's pacer must not have under it. A create
+// action (the default) makes a redelivery a Duplicate (409); index
+// upserts (a redelivery, answered 200 updated, is a Duplicate whose value
+// replaced the old one). Each item of the answer is classified by scope:
+// 429 (the node's write queue is full) throttles that record alone; 400
+// (a mapping or parsing error) dead-letters it with the node's type and
+// reason; an error about the index or the cluster (index_not_found,
+// index_closed, cluster_block, security) fails the request. A request
+// answered 429 (or 503 with Retry-After) as a whole is throttling and
+// pauses the worker. Requests are bounded by max_records (1,000) and
+// max_bytes (5 MiB, the low end of the field's 5-15 MiB rule of thumb;
+// at most 100 MiB, the default http.max_content_length). Credentials come
+// as an Authorization header (Basic for a user, ApiKey for an API key)
+// from SLUICE_SINK_AUTHORIZATION or --sink-headers-file; --sink-ca-file
+// and --sink-insecure-skip-verify apply to opensearchs://.
 //
 // # Retry policy
 //

@@ -105,7 +105,13 @@ type Opened interface {
 //   - dynamodb://table?region=R&endpoint=E: the DynamoDB sink
 //     (DynamoDBSink); see DynamoDBURLParams for the options;
 //   - s3://bucket/prefix?endpoint=E: the S3-compatible object-store sink
-//     (S3Sink); see S3URLParams for the options.
+//     (S3Sink); see S3URLParams for the options;
+//   - gs://bucket/prefix?endpoint=E: the Cloud Storage sink (GCSSink); see
+//     GCSURLParams for the options;
+//   - opensearch://host:port/index (plain HTTP), opensearchs://… (HTTPS):
+//     the OpenSearch _bulk sink (OpenSearchSink); elasticsearch:// and
+//     elasticsearchs:// are aliases (Elasticsearch 7 and 8 speak the same
+//     _bulk API); see OpenSearchURLParams for the options.
 func CheckURL(raw string) error {
 	if target, ok := restTarget(raw); ok {
 		if _, err := parseURLTemplate(target); err != nil {
@@ -147,8 +153,16 @@ func CheckURL(raw string) error {
 		if _, err := s3Config(u, OpenConfig{}); err != nil {
 			return err
 		}
+	case "gs":
+		if _, err := gcsConfig(u, OpenConfig{}); err != nil {
+			return err
+		}
+	case "opensearch", "opensearchs", "elasticsearch", "elasticsearchs":
+		if _, err := openSearchConfig(u, OpenConfig{}); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("%w: unknown scheme %q in %q (want http, https, rest+http, rest+https, postgres, azuretables, dynamodb or s3)", ErrSinkURL, u.Scheme, redact(u))
+		return fmt.Errorf("%w: unknown scheme %q in %q (want http, https, rest+http, rest+https, postgres, azuretables, dynamodb, s3, gs, opensearch or opensearchs)", ErrSinkURL, u.Scheme, redact(u))
 	}
 	return nil
 }
@@ -225,6 +239,25 @@ func Open(ctx context.Context, raw string, cfg OpenConfig) (Opened, error) {
 	case "s3":
 		sc, _ := s3Config(u, cfg)
 		s, err := NewS3(ctx, sc)
+		if err != nil {
+			return nil, fmt.Errorf("%w %s: %w", ErrSinkURL, raw, err)
+		}
+		return s, nil
+	case "gs":
+		gc, _ := gcsConfig(u, cfg)
+		s, err := NewGCS(ctx, gc)
+		if err != nil {
+			return nil, fmt.Errorf("%w %s: %w", ErrSinkURL, raw, err)
+		}
+		return s, nil
+	case "opensearch", "opensearchs", "elasticsearch", "elasticsearchs":
+		oc, _ := openSearchConfig(u, cfg)
+		header, err := sinkHeaders(cfg)
+		if err != nil {
+			return nil, err
+		}
+		oc.Header = header
+		s, err := NewOpenSearch(ctx, oc)
 		if err != nil {
 			return nil, fmt.Errorf("%w %s: %w", ErrSinkURL, raw, err)
 		}
@@ -406,6 +439,155 @@ func s3Config(u *url.URL, cfg OpenConfig) (S3Config, error) {
 		}
 	}
 	return sc, nil
+}
+
+// GCSURLParams are the query parameters of a gs://bucket/prefix URL:
+//
+//   - endpoint: an emulator's URL, e.g. http://127.0.0.1:4443
+//     (fake-gcs-server; default: Cloud Storage, or STORAGE_EMULATOR_HOST);
+//   - layout: record (one object per record, named by its sink key; the
+//     default) or batch (one NDJSON object per request);
+//   - gzip=true: gzip the batch layout's objects;
+//   - spread=N: hex digits of the batch layout's name prefix (default 2);
+//   - create_bucket=true: create a missing bucket, in project;
+//   - project: the project of create_bucket (required with it outside an
+//     emulator).
+var GCSURLParams = []string{"endpoint", "layout", "gzip", "spread", "create_bucket", "project"}
+
+// gcsConfig reads a gs:// URL.
+func gcsConfig(u *url.URL, cfg OpenConfig) (GCSConfig, error) {
+	q := u.Query()
+	gc := GCSConfig{
+		Bucket: u.Host, Prefix: strings.TrimPrefix(u.Path, "/"), Endpoint: q.Get("endpoint"), Project: q.Get("project"),
+		Layout: GCSLayout(q.Get("layout")), Timeout: cfg.Timeout, Logger: cfg.Logger,
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %q: %s", ErrSinkURL, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	if err := knownParams(u, GCSURLParams); err != nil {
+		return gc, err
+	}
+	if u.User != nil {
+		return gc, bad("credentials do not belong in the URL; Application Default Credentials supply them")
+	}
+	if !validGCSBucket(gc.Bucket) {
+		return gc, bad("want gs://<bucket>[/prefix] with a bucket name of 3-63 lower-case letters, digits, '-', '_' or '.'")
+	}
+	if gc.Layout != "" && gc.Layout != GCSPerRecord && gc.Layout != GCSPerBatch {
+		return gc, bad("layout=%s: want record or batch", gc.Layout)
+	}
+	for param, dst := range map[string]*bool{"gzip": &gc.Gzip, "create_bucket": &gc.CreateBucket} {
+		if v := q.Get(param); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return gc, bad("%s=%s: want true or false", param, v)
+			}
+			*dst = b
+		}
+	}
+	if v := q.Get("spread"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 32 {
+			return gc, bad("spread=%s: want 1..32 hex digits", v)
+		}
+		gc.Spread = n
+	}
+	if gc.Gzip && gc.Layout != GCSPerBatch {
+		return gc, bad("gzip=true needs layout=batch")
+	}
+	if gc.CreateBucket && gc.Project == "" && gc.Endpoint == "" {
+		return gc, bad("create_bucket=true needs project=<project ID>")
+	}
+	if gc.Endpoint != "" {
+		if e, err := url.Parse(gc.Endpoint); err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+			return gc, bad("endpoint=%s: want http(s)://host[:port]", gc.Endpoint)
+		}
+	}
+	return gc, nil
+}
+
+// OpenSearchURLParams are the query parameters of an
+// opensearch://host:port/index URL (opensearchs:// for HTTPS;
+// elasticsearch:// and elasticsearchs:// alike):
+//
+//   - action: create (the default: a redelivery is a duplicate, 409) or
+//     index (an upsert: a redelivery replaces the document);
+//   - max_bytes: the most bytes of one _bulk request body, as bytes or
+//     with a KiB or MiB suffix (default 5MiB, at most 100MiB, the node's
+//     default http.max_content_length);
+//   - max_records: the most documents of one _bulk request (default
+//     1000).
+//
+// The port defaults to 9200. Credentials never come from the URL: the
+// Authorization header (Basic for a user, ApiKey for an API key) comes
+// from OpenConfig.Authorization or HeadersFile; CAFile and
+// InsecureSkipVerify apply to opensearchs://.
+var OpenSearchURLParams = []string{"action", "max_bytes", "max_records"}
+
+// openSearchConfig reads an opensearch:// URL.
+func openSearchConfig(u *url.URL, cfg OpenConfig) (OpenSearchConfig, error) {
+	q := u.Query()
+	scheme := "http"
+	if strings.HasSuffix(u.Scheme, "s") {
+		scheme = "https"
+	}
+	host := u.Host
+	if u.Port() == "" && u.Hostname() != "" {
+		host = net.JoinHostPort(u.Hostname(), "9200")
+	}
+	oc := OpenSearchConfig{
+		URL: scheme + "://" + host, Index: strings.Trim(u.Path, "/"), Action: OpenSearchAction(q.Get("action")),
+		CAFile: cfg.CAFile, InsecureSkipVerify: cfg.InsecureSkipVerify, Timeout: cfg.Timeout, Logger: cfg.Logger,
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %q: %s", ErrSinkURL, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	if err := knownParams(u, OpenSearchURLParams); err != nil {
+		return oc, err
+	}
+	switch {
+	case u.User != nil:
+		return oc, bad("credentials do not belong in the URL; pass the Authorization header apart (Basic or ApiKey)")
+	case u.Hostname() == "":
+		return oc, bad("no host: want %s://host[:port]/index", u.Scheme)
+	case !validIndex(oc.Index):
+		return oc, bad("want %s://host[:port]/<index> with an index name of lower-case characters, not starting with '_', '-' or '+', without \\ / * ? \" < > | , # : or spaces", u.Scheme)
+	case oc.Action != "" && oc.Action != OpenSearchCreate && oc.Action != OpenSearchIndex:
+		return oc, bad("action=%s: want create or index", oc.Action)
+	}
+	if v := q.Get("max_records"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return oc, bad("max_records=%s: want a positive integer", v)
+		}
+		oc.MaxRecords = n
+	}
+	if v := q.Get("max_bytes"); v != "" {
+		n, err := parseByteSize(v)
+		if err != nil || n < 1 || n > OpenSearchMaxContentLength {
+			return oc, bad("max_bytes=%s: want 1 to 100MiB (bytes, or a number with a KiB or MiB suffix)", v)
+		}
+		oc.MaxBytes = n
+	}
+	return oc, nil
+}
+
+// parseByteSize reads a size in bytes: an integer, optionally followed by
+// KiB or MiB (also KB and MB, which mean the same binary multiples).
+func parseByteSize(v string) (int, error) {
+	mult := 1
+	s := strings.TrimSpace(v)
+	for suffix, m := range map[string]int{"KiB": 1 << 10, "MiB": 1 << 20, "KB": 1 << 10, "MB": 1 << 20} {
+		if n, ok := strings.CutSuffix(s, suffix); ok {
+			s, mult = strings.TrimSpace(n), m
+			break
+		}
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > OpenSearchMaxContentLength {
+		return 0, fmt.Errorf("size %q: want bytes, or a number with a KiB or MiB suffix", v)
+	}
+	return n * mult, nil
 }
 
 // knownParams refuses query parameters other than known, so that a typo

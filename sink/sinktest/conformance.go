@@ -1,10 +1,11 @@
 // Package sinktest is the conformance suite every sink passes against its
 // real server: the outcomes the worker pipeline relies on, for ordinary,
-// duplicate, retryable, permanent, partial and cancelled writes.
+// duplicate, retryable, throttled, permanent, partial and cancelled writes.
 package sinktest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -25,6 +26,13 @@ import (
 //     it to (s, or one on the stopped server);
 //   - Bad (optional): a record the sink refuses for good, for sinks that
 //     have no schema to refuse a value without "mag" with;
+//   - Throttled (optional): arranges that the server throttles writing
+//     the returned batch (a queue made to overflow, a proxy answering 429
+//     or 503 where the server cannot throttle), and returns it with the
+//     sink to write it to. Write must answer an *ingest.SinkError with
+//     Throttled set, or per-record results of which at least one is
+//     Retryable and Throttled and none is Permanent: throttling never
+//     dead-letters;
 //   - Down: a sink whose every request fails as a whole, as the
 //     real server makes it fail (wrong credentials, a missing table or
 //     bucket, a stopped server). Write must return an error, never
@@ -35,6 +43,7 @@ type Suite struct {
 	Retryable func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record)
 	Bad       func(id string) ingest.Record
 	Down      func(t *testing.T) ingest.Sink
+	Throttled func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record)
 	// upsert: the sink overwrites and cannot tell a rewrite from a new
 	// record, so a rewrite is Delivered instead of Duplicate.
 	Upsert bool
@@ -93,6 +102,30 @@ func (c Suite) Run(t *testing.T) {
 			require.NotEmpty(t, r.Reason)
 		}
 	})
+	if c.Throttled != nil {
+		t.Run("throttled", func(t *testing.T) {
+			s := c.Open(t)
+			target, batch := c.Throttled(t, s)
+			res, err := target.Write(t.Context(), batch)
+			if err != nil {
+				se := (*ingest.SinkError)(nil)
+				require.True(t, errors.As(err, &se), "a failed throttled write is an *ingest.SinkError: %v", err)
+				require.True(t, se.Throttled, "the write's error says it was throttled: %v", err)
+				require.Nil(t, res)
+				return
+			}
+			require.Len(t, res, len(batch))
+			throttled := 0
+			for i, r := range res {
+				require.NotEqual(t, ingest.Permanent, r.Outcome, "record %d: throttling never dead-letters: %s", i, r.Reason)
+				if r.Outcome == ingest.Retryable && r.Throttled {
+					throttled++
+					require.NotEmpty(t, r.Reason)
+				}
+			}
+			require.Positive(t, throttled, "at least one record was throttled")
+		})
+	}
 	t.Run("permanent", func(t *testing.T) {
 		s := c.Open(t)
 		res, err := s.Write(t.Context(), []ingest.Record{bad("p1")})
