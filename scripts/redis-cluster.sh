@@ -182,7 +182,7 @@ cluster_node_conf() {
         echo "# The default user: this script, redis-cli --cluster and replication."
         echo "user default on >$admin ~* &* +@all"
         echo "# sluice's user: its own keys, and the command groups a lease manager uses."
-        echo "user $ACL_USER on >$ACL_PASSWORD resetkeys ~sluice:* resetchannels &sluice:* -@all +@read +@write +@scripting +@transaction +@connection +@pubsub -@dangerous"
+        echo "user $ACL_USER on >$ACL_PASSWORD resetkeys ~sluice:* resetchannels &sluice:* -@all +@read +@write +@scripting +@transaction +@connection +@pubsub -@dangerous +cluster|slots"
       else
         echo "port $p"
       fi
@@ -204,19 +204,22 @@ cluster_print() {
 }
 
 cluster_stop() {
-  local p pid stopped=0
+  local p pid pids=()
   for p in $(cluster_ports); do
     if pid="$(node_pid "$p")"; then
-      ccli "$p" shutdown nosave >/dev/null 2>&1 || true
-      terminate "$pid"
-      stopped=$((stopped + 1))
+      # NOW: a master does not wait for its replica (which may be gone).
+      ccli "$p" shutdown nosave now >/dev/null 2>&1 || true
+      pids+=("$pid")
     fi
   done
+  # All asked first, then waited for: each exit takes as long as the
+  # system takes to reap the process.
+  for pid in "${pids[@]}"; do terminate "$pid"; done
   rm -rf "$CLUSTER_DIR"
-  if ((stopped == 0)); then
+  if ((${#pids[@]} == 0)); then
     log "no cluster running on $HOST:$CLUSTER_PORT.."
   else
-    log "stopped the cluster on $HOST:$CLUSTER_PORT.. ($stopped nodes)"
+    log "stopped the cluster on $HOST:$CLUSTER_PORT.. (${#pids[@]} nodes)"
   fi
 }
 
