@@ -307,14 +307,48 @@ func TestClusterKeysShareOneSlot(t *testing.T) {
 	}
 }
 
+// feed subscribes to a pool's change channel as a Manager does, on the
+// same cluster client; next returns the next message's payload.
+func feed(t *testing.T, c *redis.ClusterClient, k keys) (next func(within time.Duration) (string, bool)) {
+	t.Helper()
+	ps := c.Subscribe(t.Context(), k.changes())
+	t.Cleanup(func() { _ = ps.Close() })
+	_, err := ps.Receive(t.Context()) // the subscription's confirmation
+	require.NoError(t, err)
+	ch := ps.Channel()
+	return func(within time.Duration) (string, bool) {
+		select {
+		case msg := <-ch:
+			return msg.Payload, true
+		case <-time.After(within):
+			return "", false
+		}
+	}
+}
+
+// awaitMessage waits, at most within, for payload on the feed.
+func awaitMessage(t *testing.T, next func(time.Duration) (string, bool), payload string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got, ok := next(time.Until(deadline))
+		require.True(t, ok, "no %q on the change feed within %v", payload, within)
+		if got == payload {
+			return
+		}
+	}
+}
+
 // TestClusterWorkersShareThePool: three workers on a cluster share the
-// pool fairly, never count a partition twice, and learn of a peer's demand
-// from the change feed at once (pub/sub across the cluster).
+// pool, never count a partition twice, and learn of a peer's demand from
+// the change feed (classic pub/sub across the cluster) well before their
+// next keep-alive (1.7 s with the 15 s TTL).
 func TestClusterWorkersShareThePool(t *testing.T) {
 	t.Parallel()
-	pool := Pool{Name: "share", Capacity: 1200, Partitions: 12}
+	pool := Pool{Name: "share", Capacity: 1200, Partitions: 12, TTL: 15 * time.Second}
 	c, prefix := clusterPool(t, pool)
 	k := keysOn(c, prefix, pool.Name)
+	next := feed(t, c, k)
 	a := start(t, testConfig(prefix, "a", pool), c)
 	b := start(t, testConfig(prefix, "b", pool), c)
 	w := start(t, testConfig(prefix, "c", pool), c)
@@ -325,9 +359,10 @@ func TestClusterWorkersShareThePool(t *testing.T) {
 	split := time.Now()
 	b.SetDemand(ingest.Inf)
 	w.SetDemand(ingest.Inf)
+	awaitMessage(t, next, "m b", time.Second)
 	require.Eventually(t, func() bool { return len(a.Held()) == 4 && len(b.Held()) == 4 && len(w.Held()) == 4 }, time.Second, 2*time.Millisecond,
-		"split three ways within 1 s (keep-alive %v): the change feed works", a.cfg.KeepAlive)
-	t.Logf("split after %v", time.Since(split))
+		"split three ways within 1 s (keep-alive %v)", a.cfg.KeepAlive)
+	t.Logf("split after %v (keep-alive %v)", time.Since(split), a.cfg.KeepAlive)
 	require.NoError(t, stop())
 	requireCreditWithinCapacity(t, pool.Capacity, t0, time.Now(), time.Second, 10*time.Millisecond, a, b, w)
 }
@@ -336,8 +371,8 @@ func TestClusterWorkersShareThePool(t *testing.T) {
 // holds the pool (CLUSTER FAILOVER on its replica) in the middle of three
 // workers' run. No acknowledged write is lost, so no partition is ever
 // counted by two workers, no second holds more than the capacity, the
-// workers keep (or take back) the whole pool on the new master, and the
-// change feed still works after it.
+// workers keep (or take back) the whole pool on the new master, and a
+// subscription made before the failover still gets the change feed.
 func TestClusterFailoverKeepsLeases(t *testing.T) {
 	pool := Pool{Name: "failover", Capacity: 1200, Partitions: 12, TTL: 3 * time.Second}
 	c, prefix := clusterPool(t, pool)
@@ -347,6 +382,7 @@ func TestClusterFailoverKeepsLeases(t *testing.T) {
 		cfg.RequestTimeout = 500 * time.Millisecond
 		return cfg
 	}
+	next := feed(t, c, k)
 	a, b, w := start(t, cfg("a"), c), start(t, cfg("b"), c), start(t, cfg("c"), c)
 	for _, m := range []*running{a, b, w} {
 		m.SetDemand(ingest.Inf)
@@ -354,36 +390,47 @@ func TestClusterFailoverKeepsLeases(t *testing.T) {
 	poll(t, func() bool { return len(a.Held())+len(b.Held())+len(w.Held()) == 12 }, "the pool is shared out")
 	stop := watchExclusive(t, c, k, a, b, w)
 	t0 := time.Now()
-	before := a.Events().Lost + b.Events().Lost + w.Events().Lost
+	events := func() (renewed, lost int64) {
+		for _, m := range []*running{a, b, w} {
+			e := m.Events()
+			renewed, lost = renewed+e.Renewed, lost+e.Lost
+		}
+		return renewed, lost
+	}
+	renewed0, lost0 := events()
 
 	from, to, took := failover(t, c, k.def())
 	t.Logf("failover of the pool's master %s to %s took %v", from, to, took)
 
-	// Two renewal intervals on the new master.
+	// Two renewal intervals on the new master: every lease is extended
+	// there.
 	poll(t, func() bool { return time.Since(t0) > took+2*a.cfg.RenewEvery }, "time passes")
+	poll(t, func() bool { return len(a.Held())+len(b.Held())+len(w.Held()) == 12 }, "the whole pool is held after the failover")
+	renewed, lost := events()
+	t.Logf("after the failover: %d extends, %d leases lost", renewed-renewed0, lost-lost0)
+	require.GreaterOrEqual(t, renewed-renewed0, int64(12), "every lease was extended on the new master")
+	require.NoError(t, stop())
+	requireCreditWithinCapacity(t, pool.Capacity, t0.Add(-time.Second), time.Now(), time.Second, 10*time.Millisecond, a, b, w)
 	// The new master serves the pool's slot (a replica would answer
-	// MOVED) and holds its definition.
+	// MOVED) and holds its definition and every lease.
 	newMaster := redis.NewClient(&redis.Options{Addr: to})
 	defer newMaster.Close()
 	n, err := newMaster.Exists(t.Context(), k.def()).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	poll(t, func() bool { return len(a.Held())+len(b.Held())+len(w.Held()) == 12 }, "the whole pool is held after the failover")
-	lost := a.Events().Lost + b.Events().Lost + w.Events().Lost - before
-	t.Logf("leases lost during the failover: %d", lost)
-	require.NoError(t, stop())
-	requireCreditWithinCapacity(t, pool.Capacity, t0.Add(-time.Second), time.Now(), time.Second, 10*time.Millisecond, a, b, w)
 	for _, m := range []*running{a, b, w} {
 		for _, p := range m.Held() {
-			v, err := c.Get(t.Context(), k.partition(p)).Result()
+			v, err := newMaster.Get(t.Context(), k.partition(p)).Result()
 			require.NoError(t, err)
 			require.True(t, strings.HasPrefix(v, m.WorkerID()+"/"), "partition %d of %s is %q on the new master", p, m.WorkerID(), v)
 		}
 	}
 
-	// The change feed after the failover: c leaves, a and b take its
-	// partitions within a second.
+	// The change feed after the failover: c leaves; its announcement,
+	// published by a script on the new master, reaches the subscription
+	// made before the failover, and a and b take c's partitions.
 	w.SetDemand(0)
+	awaitMessage(t, next, "m c", time.Second)
 	require.Eventually(t, func() bool { return len(w.Held()) == 0 && len(a.Held())+len(b.Held()) == 12 }, time.Second, 2*time.Millisecond,
 		"the others take c's partitions within 1 s of its release")
 }
@@ -400,19 +447,33 @@ func TestClusterACL(t *testing.T) {
 	const password = "cluster-acl-password"
 	rules := []any{"reset", "on", ">" + password, "~sluice:*", "resetchannels", "&sluice:*",
 		"-@all", "+@read", "+@write", "+@scripting", "+@transaction", "+@connection", "+@pubsub", "-@dangerous"}
-	require.NoError(t, admin.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
-		if err := n.Do(ctx, append([]any{"ACL", "SETUSER", user}, append(rules, "+cluster|slots")...)...).Err(); err != nil {
-			return err
+	// ACL SETUSER is per node: set it on every node the cluster knows
+	// (CLUSTER NODES; the slots a client reads may leave out a node whose
+	// new role after a failover has not spread yet).
+	nodes, err := admin.ClusterNodes(ctx).Result()
+	require.NoError(t, err)
+	var addrs []string
+	for _, line := range strings.Split(strings.TrimSpace(nodes), "\n") {
+		addr, _, _ := strings.Cut(strings.Fields(line)[1], "@")
+		addrs = append(addrs, addr)
+	}
+	require.GreaterOrEqual(t, len(addrs), 6, "3 masters and 3 replicas")
+	each := func(ctx context.Context, args ...any) error {
+		for _, addr := range addrs {
+			n := redis.NewClient(&redis.Options{Addr: addr})
+			err := n.Do(ctx, args...).Err()
+			_ = n.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", addr, err)
+			}
 		}
-		return n.Do(ctx, append([]any{"ACL", "SETUSER", limited}, rules...)...).Err()
-	}))
-	t.Cleanup(func() {
-		_ = admin.ForEachShard(context.Background(), func(ctx context.Context, n *redis.Client) error {
-			return n.Do(ctx, "ACL", "DELUSER", user, limited).Err()
-		})
-	})
+		return nil
+	}
+	require.NoError(t, each(ctx, append([]any{"ACL", "SETUSER", user}, append(rules, "+cluster|slots")...)...))
+	require.NoError(t, each(ctx, append([]any{"ACL", "SETUSER", limited}, rules...)...))
+	t.Cleanup(func() { _ = each(context.Background(), "ACL", "DELUSER", user, limited) })
 
-	err := PingRedis(ctx, clusterClient(t, RedisConfig{Username: limited, Password: password}))
+	err = PingRedis(ctx, clusterClient(t, RedisConfig{Username: limited, Password: password}))
 	require.ErrorContains(t, err, "permission denied")
 	require.ErrorContains(t, err, "cluster|slots")
 	require.ErrorContains(t, err, "redis cluster redis://"+limited+"@")
