@@ -253,11 +253,13 @@
 // replica catches up, then they swap) loses no acknowledged write, so
 // the guarantee holds unchanged: no lease is ever counted by two workers
 // and no pool second exceeds Capacity. The lease tests and the e2e suite
-// do it mid-run on a real cluster (the swap took 50-70 ms there; no lease
-// was lost, and the busiest second at the sink stayed at or below
+// do it mid-run on a real cluster (there the swap takes 30-70 ms, no
+// lease is lost, and the busiest second at the sink stays at or below
 // Capacity). Commands sent during the swap wait or are redirected; an
 // extend that fails or comes too late drops its lease at once, as for any
-// Redis error. An uncoordinated failover (a master crashes or is cut off,
+// Redis error. (A second failover of the same shard within twice
+// cluster-node-timeout waits for the masters' votes, seconds; leases whose
+// extends time out meanwhile stop counting and are taken again after.) An uncoordinated failover (a master crashes or is cut off,
 // and its replica is promoted after cluster-node-timeout) is "Redis
 // losing its data" in the Guarantee above: replication is asynchronous,
 // so a lock or extend the old master acknowledged just before it went
