@@ -57,19 +57,27 @@ services-stop: ## stop the PostgreSQL, Azurite, json-server, DynamoDB Local, Min
 # Sentinel (port + 2). The cases that are not about security use the
 # plaintext listener and reach Redis as its ACL user (keys sluice:* only).
 # SLUICE_KAFKA_SECURE stays set for the tests, so that the case that
-# restarts the broker restarts it secured.
+# restarts the broker restarts it secured. A Redis Cluster of 3 masters
+# and 3 replicas (TLS only, the same ACL user) runs beside them on
+# SLUICE_REDIS_CLUSTER_PORT .. + 5 (17000); its seeds, the script's last
+# line, reach the tests as SLUICE_E2E_REDIS_CLUSTER. SLUICE_REDIS_CLUSTER
+# is 0 but where the cluster is meant (a shell that exported it for the
+# script would otherwise turn every redis.sh call and sluice process to
+# the cluster).
 E2E_KAFKA_PORT = $(or $(SLUICE_KAFKA_PORT),19092)
 E2E_REDIS_PORT = $(or $(SLUICE_REDIS_PORT),16379)
 E2E_REDIS_URL = redis://$(or $(SLUICE_REDIS_USERNAME),sluice):$(or $(SLUICE_REDIS_PASSWORD),sluice-test-password)@127.0.0.1:$(E2E_REDIS_PORT)
 
 .PHONY: e2e
 e2e: export SLUICE_KAFKA_SECURE = 1
-e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured listeners included), DynamoDB Local, MinIO, fake-gcs-server and OpenSearch (started here), separate sluice processes, the release image built without Docker and run under podman; the queue package and the security tests against them too (the REST sink's tests start their own json-server)
+e2e: export SLUICE_REDIS_CLUSTER = 0
+e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured listeners included) and a Redis Cluster (3 masters, 3 replicas), DynamoDB Local, MinIO, fake-gcs-server and OpenSearch (started here), separate sluice processes, the release image built without Docker and run under podman; the queue package and the security tests against them too (the REST sink's tests start their own json-server)
 	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 	@command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null; } # the secured modes' test certificates
 	@mkdir -p $(CACHE)
 	scripts/kafka.sh start
 	SLUICE_REDIS_SECURE=1 scripts/redis.sh start
+	SLUICE_REDIS_CLUSTER=1 SLUICE_REDIS_SECURE=1 scripts/redis.sh start >$(CACHE)/redis-cluster.seeds
 	scripts/dynamodb.sh start >/dev/null
 	scripts/s3.sh start >/dev/null
 	scripts/gcs.sh start >/dev/null
@@ -78,9 +86,10 @@ e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured list
 		SLUICE_TEST_BROKERS=127.0.0.1:$(E2E_KAFKA_PORT) $(GO) test -race -tags e2e -count=1 ./queue/ || rc=1; \
 		$(GO) test -race -tags e2e -count=1 -run Secure ./lease/ || rc=1; \
 		SLUICE_E2E_BIN=$(abspath $(BIN)) SLUICE_E2E_BROKERS=127.0.0.1:$(E2E_KAFKA_PORT) SLUICE_E2E_REDIS_ADDR='$(E2E_REDIS_URL)' \
+			SLUICE_E2E_REDIS_CLUSTER="$$(tail -n 1 $(CACHE)/redis-cluster.seeds)" \
 			$(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e/ || rc=1; \
 		exit $$rc ) 2>&1 | tee $(CACHE)/e2e.log; \
-		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; scripts/dynamodb.sh stop; scripts/s3.sh stop; \
+		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; SLUICE_REDIS_CLUSTER=1 scripts/redis.sh stop; scripts/dynamodb.sh stop; scripts/s3.sh stop; \
 		scripts/gcs.sh stop; scripts/opensearch.sh stop; exit $$rc
 
 .PHONY: image

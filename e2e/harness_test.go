@@ -181,6 +181,7 @@ func (e *env) run(timeout time.Duration, args ...string) (int, string) {
 var credentialVars = []string{
 	"SLUICE_KAFKA_SASL_USERNAME", "SLUICE_KAFKA_SASL_PASSWORD",
 	"SLUICE_REDIS_USERNAME", "SLUICE_REDIS_PASSWORD", "SLUICE_REDIS_SENTINEL_MASTER", "SLUICE_REDIS_SENTINEL_PASSWORD",
+	"SLUICE_REDIS_CLUSTER",
 }
 
 // environ is the environment of the env's sluice processes: the test's,

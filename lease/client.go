@@ -25,20 +25,30 @@ const pingTimeout = 5 * time.Second
 
 // RedisConfig says how to reach the Redis that holds the pools: managed
 // Redis (ElastiCache with AUTH or ACL users and in-transit encryption,
-// Azure Cache for Redis, Redis Cloud) or a self-run one with Sentinel.
+// Azure Cache for Redis, Redis Cloud), a self-run one with Sentinel, or
+// a Redis Cluster (ElastiCache in cluster mode, Memorystore for Redis
+// Cluster, Azure Cache for Redis with clustering, a self-run cluster).
 // OpenRedis validates it and builds the go-redis clients that New,
 // EnsurePool, SetPool and Status take.
 //
-// Give either Addrs or SentinelMaster with SentinelAddrs. String,
-// GoString and LogValue never show a password.
+// Give either Addrs (with Cluster or not) or SentinelMaster with
+// SentinelAddrs. String, GoString and LogValue never show a password.
 type RedisConfig struct {
 	// Addrs are the Redis masters, each "host:port" or a URL in go-redis's
 	// ParseURL form: redis://[user[:password]@]host[:port][/db][?options],
 	// or rediss:// for TLS. Several are independent masters forming a
 	// Redlock quorum (a lock needs len/2+1 of them), as with New; split a
 	// comma-separated flag before. A URL's own user, password and
-	// database win over Username, Password and DB.
+	// database win over Username, Password and DB. With Cluster they are
+	// seed nodes of one cluster instead.
 	Addrs []string
+	// Cluster says Addrs are seed nodes of one Redis Cluster: OpenRedis
+	// returns one go-redis cluster client, which learns the other nodes
+	// and the slots from them (CLUSTER SLOTS) and follows the cluster
+	// through failovers and resharding. The seeds must agree on user,
+	// password and TLS; the database must be 0. A pool's keys then share
+	// a hash tag (see the package doc, "Redis Cluster"). Default false.
+	Cluster bool
 	// Username is the ACL user (Redis 6 and later) for addresses that name
 	// none. Default: none, which is Redis's "default" user.
 	Username string
@@ -99,7 +109,11 @@ func (c RedisConfig) String() string {
 		for i, a := range c.Addrs {
 			addrs[i] = redactAddr(a)
 		}
-		parts = append(parts, "redis "+strings.Join(addrs, ","))
+		kind := "redis "
+		if c.Cluster {
+			kind = "redis cluster "
+		}
+		parts = append(parts, kind+strings.Join(addrs, ","))
 	}
 	if c.Username != "" {
 		parts = append(parts, "user "+strconv.Quote(c.Username))
@@ -159,7 +173,8 @@ func redactAddr(addr string) string {
 
 // OpenRedis validates cfg, reads its certificate files and returns
 // its go-redis clients: one per address of Addrs (independent masters, in
-// order), or one failover client for SentinelMaster. It does not connect;
+// order), one cluster client for Cluster, or one failover client for
+// SentinelMaster. It does not connect;
 // call PingRedis to check the connections at start-up. Errors wrap
 // ErrInvalidConfig, name the address at fault (with its password
 // redacted) and never hold a password. The caller closes the clients.
@@ -174,12 +189,16 @@ func OpenRedis(cfg RedisConfig) ([]redis.UniversalClient, error) {
 	switch {
 	case cfg.SentinelMaster != "" && len(cfg.Addrs) > 0:
 		return nil, fmt.Errorf("%w: redis: give addresses or a Sentinel master, not both", ErrInvalidConfig)
+	case cfg.Cluster && (cfg.SentinelMaster != "" || len(cfg.SentinelAddrs) > 0):
+		return nil, fmt.Errorf("%w: redis: a Redis Cluster or Sentinel, not both (a cluster fails over by itself)", ErrInvalidConfig)
 	case cfg.SentinelMaster != "":
 		return sentinelClients(cfg, base)
 	case len(cfg.SentinelAddrs) > 0:
 		return nil, fmt.Errorf("%w: redis: Sentinel addresses without a master name", ErrInvalidConfig)
 	case len(cfg.Addrs) == 0:
 		return nil, fmt.Errorf("%w: redis: no address", ErrInvalidConfig)
+	case cfg.Cluster:
+		return clusterClients(cfg, base)
 	}
 	opts := make([]*redis.Options, len(cfg.Addrs))
 	for i, addr := range cfg.Addrs {
@@ -317,8 +336,8 @@ func redisTLSConfig(cfg RedisConfig) (*tls.Config, error) {
 // password.
 type RedisError struct {
 	// Addr names the Redis: "host:port", a URL with its password
-	// redacted (redis://user@host:port/db, rediss://… for TLS), or the
-	// Sentinel master and Sentinels.
+	// redacted (redis://user@host:port/db, rediss://… for TLS), the
+	// Sentinel master and Sentinels, or "cluster" and a cluster's seeds.
 	Addr string
 	// Err is the cause.
 	Err error
@@ -363,6 +382,8 @@ func describeClient(c redis.UniversalClient) string {
 	switch c := c.(type) {
 	case *sentinelClient:
 		return c.desc
+	case *redis.ClusterClient:
+		return describeCluster(c)
 	case *redis.Client:
 		o := c.Options()
 		u := url.URL{Scheme: "redis", Host: o.Addr, Path: "/" + strconv.Itoa(o.DB)}

@@ -161,7 +161,9 @@
 //	{prefix}:{pool}:dver         integer, incremented by SetPool
 //	{prefix}:{pool}:changes      pub/sub channel: "m <worker>" after a membership change, "d" after SetPool
 //
-// live, ann and mver expire after 24 h unused.
+// live, ann and mver expire after 24 h unused. On a Redis Cluster the
+// pool name is written in literal braces, a hash tag (sluice:{orders}:p:3;
+// see Redis Cluster); elsewhere without (sluice:orders:p:3).
 // Membership uses declared keys rather than SCAN, whose cost grows with
 // the whole keyspace. Status reads the same keys for `sluice pool status`
 // (Demand and Backlog there are as of the member's last keep-alive).
@@ -181,7 +183,8 @@
 // environment or a file; a URL's own credentials win); a CA file, a client
 // certificate and key, a server name for TLS; or a Sentinel master name
 // and Sentinel addresses instead of addresses, for go-redis's failover
-// client. OpenRedis validates it and returns the
+// client; or, with Cluster, seed nodes of one Redis Cluster, for
+// go-redis's cluster client. OpenRedis validates it and returns the
 // []redis.UniversalClient that New, EnsurePool, SetPool and Status take;
 // PingRedis checks them at start-up and returns *RedisError values that
 // name each address (passwords redacted) and say "authentication failed"
@@ -200,6 +203,74 @@
 // &p:*). Without the channel rights (&sluice:*, +@pubsub) leases still
 // work, and peers learn of demand changes at their next keep-alive
 // instead of at once.
+//
+// # Redis Cluster
+//
+// With RedisConfig.Cluster the addresses are seeds of one cluster
+// (ElastiCache in cluster mode, Memorystore for Redis Cluster, Azure Cache
+// for Redis with clustering, a self-run cluster): OpenRedis returns one
+// go-redis ClusterClient, which reads the slots from a seed (CLUSTER
+// SLOTS), sends each command to the master of its key's slot, and follows
+// MOVED answers and failovers by itself. Seeds share the user, password
+// and TLS settings; each node's certificate is checked against the
+// address the cluster announces for it, unless ServerName is given. The
+// ACL user above needs +cluster|slots besides.
+//
+// Keys. A cluster runs a script, MULTI/EXEC or MGET only when every key
+// it names hashes to one slot, so on a cluster (a *redis.ClusterClient
+// passed to New, EnsurePool, SetPool or Status) a pool's name is a hash
+// tag: every key of pool "orders" is sluice:{orders}:…, in the slot of
+// "orders". On other Redis the keys keep the layout of earlier versions,
+// so that a rolling upgrade never has two generations lock one partition
+// under two names; clusters and other clients cannot be mixed in one
+// Manager (New returns an error wrapping ErrInvalidConfig). What touches
+// several keys at once: the extend script (all of a worker's due leases,
+// p:{i}), the announce, withdraw and members scripts (live, ann, mver,
+// dver), MGET of the partitions (candidates, reclaim), SetPool's WATCH and
+// MULTI on def and dver, Status's pipeline; the ramp epoch and the lock,
+// unlock and reclaim calls touch one key each. All are in the pool's slot
+// (TestClusterKeysShareOneSlot records every command a pool's workers
+// send and checks each key's slot on a real cluster). So one pool lives on
+// one shard: its Redis load (under a command per second per worker, see
+// Redis cost) is one master's, and different pools spread over the shards.
+//
+// Change feed. The pool's channel uses classic PUBLISH and SUBSCRIBE, not
+// sharded SPUBLISH and SSUBSCRIBE. A cluster delivers a classic message to
+// subscribers on every node, replicas included, so a worker's
+// subscription keeps working through a failover of the pool's master
+// (the server ends a sharded subscription when its slot moves away, and
+// sharded pub/sub needs Redis 7, which not every managed cluster runs);
+// the PUBLISH inside the announce and withdraw scripts is the same on
+// every kind of Redis; and the ACL's channel pattern (&sluice:*) covers
+// it. The price, every message crossing the cluster bus to every node, is
+// small: messages are sent only on changes (a member's share, a
+// definition, partitions freed), not per lease or per tick. A message
+// lost while a subscription reconnects is caught by the next keep-alive's
+// versions, as on one Redis.
+//
+// Failover. A coordinated failover (CLUSTER FAILOVER on a replica, without
+// FORCE or TAKEOVER: the master holds its clients' writes while the
+// replica catches up, then they swap) loses no acknowledged write, so
+// the guarantee holds unchanged: no lease is ever counted by two workers
+// and no pool second exceeds Capacity. The lease tests and the e2e suite
+// do it mid-run on a real cluster (there the swap takes 30-70 ms, no
+// lease is lost, and the busiest second at the sink stays at or below
+// Capacity). Commands sent during the swap wait or are redirected; an
+// extend that fails or comes too late drops its lease at once, as for any
+// Redis error. (A second failover of the same shard within twice
+// cluster-node-timeout waits for the masters' votes, seconds; leases whose
+// extends time out meanwhile stop counting and are taken again after.) An uncoordinated failover (a master crashes or is cut off,
+// and its replica is promoted after cluster-node-timeout) is "Redis
+// losing its data" in the Guarantee above: replication is asynchronous,
+// so a lock or extend the old master acknowledged just before it went
+// may be missing on the new one. Until the slot is served again every
+// extend fails, so leases stop counting then (the rate drops, never
+// rises); afterwards a partition whose lock was lost may be taken by a
+// second worker while its holder still counts it, but only until the
+// holder's next extend, which finds the key gone or another's and stops
+// counting it: overshoot only on the partitions written in the last
+// replication lag before the crash, each for at most one renewal interval
+// plus the margin.
 //
 // # In-process Redis
 //

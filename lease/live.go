@@ -35,7 +35,8 @@ func SetPool(ctx context.Context, client redis.UniversalClient, prefix, name str
 	if lead < time.Second {
 		return Pool{}, fmt.Errorf("%w: pool %q: the switch lead %v must be ≥ 1s", ErrInvalidPool, name, lead)
 	}
-	key := keysFor(prefix, name).def()
+	k := keysOn(client, prefix, name)
+	key := k.def()
 	var out Pool
 	err := client.Watch(ctx, func(tx *redis.Tx) error {
 		old, err := loadPool(ctx, tx, key)
@@ -61,7 +62,7 @@ func SetPool(ctx context.Context, client redis.UniversalClient, prefix, name str
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, key, data, 0)
-			p.Incr(ctx, keysFor(prefix, name).defVersion())
+			p.Incr(ctx, k.defVersion())
 			return nil
 		})
 		out = next
@@ -75,7 +76,7 @@ func SetPool(ctx context.Context, client redis.UniversalClient, prefix, name str
 	}
 	// Workers read the definition at once; without channel rights they
 	// see the version at their next keep-alive instead.
-	_ = client.Publish(ctx, keysFor(prefix, name).changes(), "d").Err()
+	_ = client.Publish(ctx, k.changes(), "d").Err()
 	return out, nil
 }
 

@@ -23,6 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		stopRedisServer()
+		stopRedisCluster()
 		os.Exit(code)
 	}))
 }

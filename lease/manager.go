@@ -125,13 +125,17 @@ func New(cfg Config, clients ...redis.UniversalClient) (*Manager, error) {
 	if len(clients) == 0 {
 		return nil, fmt.Errorf("%w: at least one Redis client is required", ErrInvalidConfig)
 	}
+	k, err := poolKeys(cfg.Prefix, cfg.Pool.Name, clients)
+	if err != nil {
+		return nil, err
+	}
 	pools := make([]redsyncredis.Pool, len(clients))
 	for i, c := range clients {
 		pools[i] = goredis.NewPool(c)
 	}
 	return &Manager{
 		cfg:         cfg,
-		keys:        keysFor(cfg.Prefix, cfg.Pool.Name),
+		keys:        k,
 		clients:     clients,
 		rs:          redsync.New(pools...),
 		log:         cfg.Logger.With("pool", cfg.Pool.Name, "worker_id", cfg.WorkerID),

@@ -243,7 +243,7 @@ func EnsurePool(ctx context.Context, client redis.UniversalClient, prefix string
 	if err != nil {
 		return Pool{}, err
 	}
-	key := keysFor(prefix, p.Name).def()
+	key := keysOn(client, prefix, p.Name).def()
 	for range 3 {
 		set, err := client.SetNX(ctx, key, data, 0).Result()
 		if err != nil {

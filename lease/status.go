@@ -83,7 +83,7 @@ type PartitionStatus struct {
 // Redis under prefix (DefaultPrefix when empty). It returns an error
 // wrapping ErrNoPool when the pool is not defined there.
 func Status(ctx context.Context, client redis.UniversalClient, prefix, pool string) (PoolStatus, error) {
-	k := keysFor(prefix, pool)
+	k := keysOn(client, prefix, pool)
 	p, err := loadPool(ctx, client, k.def())
 	if errors.Is(err, redis.Nil) {
 		return PoolStatus{}, fmt.Errorf("%w: no pool %q in Redis (key %s); a worker defines it on start", ErrNoPool, pool, k.def())

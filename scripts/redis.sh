@@ -38,6 +38,8 @@
 #   SLUICE_REDIS_SENTINEL_MASTER  Sentinel's master name      (sluice)
 #   SLUICE_REDIS_USERNAME         the ACL user                (sluice)
 #   SLUICE_REDIS_PASSWORD         its password                (sluice-test-password)
+#   SLUICE_REDIS_CLUSTER=1        start, stop, status: the cluster above
+#   SLUICE_REDIS_CLUSTER_PORT     the cluster's first port    (17000; buses on port + 10000)
 #
 # Layout under $SLUICE_CACHE/redis:
 #   redis-<port>.pid    the server's pid
@@ -48,7 +50,23 @@
 #   sentinel-<port>.*   the Sentinel's configuration, pid and log
 #   tls/                ca.pem (the CA clients trust), client.crt and
 #                       client.key, server.crt and server.key
+#   cluster-<first port>/  the cluster: node-<port>.{conf,pid,log}, the
+#                       nodes' cluster state nodes-<port>.conf, and in the
+#                       secured mode admin (the default user's password)
 #
+# Cluster mode (opt-in): SLUICE_REDIS_CLUSTER=1 scripts/redis.sh start
+# starts a Redis Cluster of 3 masters and 3 replicas (one each) on the six
+# loopback ports SLUICE_REDIS_CLUSTER_PORT .. + 5, their cluster buses on
+# those ports + 10000, creates it with redis-cli --cluster create, waits
+# until every node reports cluster_state:ok and every replica is in sync,
+# and prints the nodes, comma-separated, as its last line on stdout (the
+# seed addresses a client takes: --redis-cluster --redis-addr "$(...)").
+# stop and status with SLUICE_REDIS_CLUSTER=1 act on the cluster; it and
+# the single server (and its Sentinel) can run side by side. With
+# SLUICE_REDIS_SECURE=1 as well, the nodes speak TLS only (clients, the
+# cluster bus and replication; the certificates of the secured mode) and
+# have the same ACL user and admin password as the secured server.
+# Every start creates a new, empty cluster; nothing is kept on disk.
 # Tests use it with: SLUICE_TEST_REDIS_ADDR=127.0.0.1:16379 go test ./lease/
 # (without that variable they start their own redis-server).
 
@@ -84,6 +102,8 @@ NAME=redis.sh
 source "$ROOT/scripts/service.sh"
 # shellcheck source=tls.sh
 source "$ROOT/scripts/tls.sh"
+# shellcheck source=redis-cluster.sh
+source "$ROOT/scripts/redis-cluster.sh"
 
 secure() { [[ "$SECURE" == 1 ]]; }
 
@@ -305,5 +325,11 @@ status() {
   echo "stopped"
   return 3
 }
+
+if [[ "${SLUICE_REDIS_CLUSTER:-0}" == 1 ]]; then
+  start() { cluster_start; }
+  stop() { cluster_stop; }
+  status() { cluster_status; }
+fi
 
 dispatch "$@"

@@ -44,7 +44,8 @@ func kafkaFlags() []cli.Flag {
 func redisFlags() []cli.Flag {
 	return inCategory(catRedis,
 		&cli.StringFlag{Name: "redis-addr", Aliases: []string{"redis-url"}, Value: "127.0.0.1:6379", EnvVars: []string{"SLUICE_REDIS_ADDR", "SLUICE_REDIS_URL"},
-			Usage: "Redis holding the capacity pools: `host:port`, redis://[user@]host:port[/db] or rediss:// (TLS); several comma-separated independent masters form a Redlock quorum"},
+			Usage: "Redis holding the capacity pools: `host:port`, redis://[user@]host:port[/db] or rediss:// (TLS); several comma-separated independent masters form a Redlock quorum (with --redis-cluster: seed nodes of one cluster)"},
+		boolFlag("redis-cluster", "--redis-addr names seed nodes (one or more, comma-separated) of one Redis Cluster: the client finds the other nodes and follows failovers; a pool's keys share one hash slot"),
 		stringFlag("redis-username", "", "Redis ACL user name (a URL's own wins)"),
 		stringFlag("redis-password-file", "", "`FILE` holding the Redis password (else "+envRedisPassword+")"),
 		intFlag("redis-db", 0, "Redis database number (a URL's own wins)"),
@@ -112,6 +113,7 @@ func redisConfig(c *cli.Context) (lease.RedisConfig, error) {
 		Username:           c.String("redis-username"),
 		Password:           password,
 		DB:                 c.Int("redis-db"),
+		Cluster:            c.Bool("redis-cluster"),
 		TLS:                c.Bool("redis-tls"),
 		CAFile:             c.String("redis-ca-file"),
 		CertFile:           c.String("redis-cert-file"),
