@@ -76,11 +76,15 @@ type Config struct {
 	// Releasable, when set, is asked before the worker gives capacity back
 	// of its own will (a share that shrank, a turn that ended, a demand
 	// that fell): whether its rate may drop to rate units/s at now without
-	// its recent sends ending up beyond its credit (pacing.Pacer's
-	// Releasable). While it says no, the release waits and is tried again
-	// at the next tick. Lost and expiring leases stop counting whatever it
-	// says. Called without the manager's lock held. Default: always.
-	Releasable func(now time.Time, rate float64) bool
+	// its recent sends ending up beyond its credit, its current rate still
+	// counting for grace after now (pacing.Pacer's Releasable). The
+	// manager asks with grace = Slice, the wait before a released lease is
+	// unlocked for its peers; while the answer is no the release waits for
+	// a later tick. When it says yes with grace 0 too, the lease is
+	// unlocked at once. Lost and expiring leases stop counting whatever it
+	// says. Called without the manager's lock held. Default: every release
+	// waits a Slice before the unlock.
+	Releasable func(now time.Time, rate float64, grace time.Duration) bool
 	// Logger receives lease events and errors. Default: discard.
 	Logger *slog.Logger
 }

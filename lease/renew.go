@@ -190,18 +190,27 @@ func (m *Manager) extended(h *held, start, until time.Time) bool {
 }
 
 // release gives up n leases, or as many as Config.Releasable allows now
-// (the rest at a later tick): they stop counting, then are unlocked.
+// (the rest at a later tick): they stop counting, then are unlocked — at
+// once when the worker's recent sends do not lean on them at all, else a
+// slice later (a pacer's sends just before it stopped counting a partition
+// may be justified by credit that reaches up to a slice past it, so a peer
+// must not start earning on the partition until that slice has passed).
+// Without Config.Releasable every release waits the slice.
 func (m *Manager) release(ctx context.Context, n int) {
+	cool := m.cfg.Slice
 	if m.cfg.Releasable != nil {
 		now := time.Now()
 		m.mu.Lock()
 		holding, per := len(m.held), m.sched.partitionRate(now)
 		m.mu.Unlock()
-		for n > 0 && !m.cfg.Releasable(now, float64(holding-n)*per) {
+		for n > 0 && !m.cfg.Releasable(now, float64(holding-n)*per, m.cfg.Slice) {
 			n--
 		}
 		if n == 0 {
 			return
+		}
+		if m.cfg.Releasable(now, float64(holding-n)*per, 0) {
+			cool = 0
 		}
 	}
 	m.mu.Lock()
@@ -215,11 +224,15 @@ func (m *Manager) release(ctx context.Context, n int) {
 	m.mu.Unlock()
 	m.stopCounting(hs)
 	m.events.released.Add(int64(len(hs)))
-	// Unlock a slice later: a pacer's sends just before it stopped counting
-	// a partition were justified by credit that reaches back up to a slice
-	// before any window it still sends in, so a peer must not start earning
-	// on the partition until that slice has passed.
-	until := time.Now().Add(m.cfg.Slice)
+	if cool == 0 {
+		m.unlock(ctx, hs)
+		m.announceFreed(ctx)
+		for _, h := range hs {
+			m.log.Debug("lease released", "partition", h.partition)
+		}
+		return
+	}
+	until := time.Now().Add(cool)
 	for _, h := range hs {
 		m.cooling = append(m.cooling, cooling{h, until})
 		m.log.Debug("lease released", "partition", h.partition)

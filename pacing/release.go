@@ -9,16 +9,16 @@ const releaseStep = 20 * time.Millisecond
 // rate to rate (units/s) at now without a send already in its account
 // ending up beyond its credit: in every sliding window of the coming one,
 // the units the account still holds must stay within the credit earned
-// before now, plus the current rate for one slice (a released lease is
-// unlocked a slice after it stops counting, so no peer earns on it
-// meanwhile) and rate after it. Smooth sending always passes; what does
+// before now, plus the current rate for grace after now (a lease released
+// but unlocked only after grace, on which no peer earns meanwhile) and
+// rate after it. Smooth sending always passes; what does
 // not is a send admitted against credit the next second was to earn — a
 // record costlier than a slice, sent on debt — whose window a peer taking
 // the capacity over would share. A lease manager asks before it gives
 // capacity back of its own will, and waits while the answer is no.
 // Sends in flight count as answered now. Safe for concurrent use; it reads
 // the Capacity's Credit, so the caller must not hold a lock Credit takes.
-func (p *Pacer) Releasable(now time.Time, rate float64) bool {
+func (p *Pacer) Releasable(now time.Time, rate float64, grace time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	type leave struct {
@@ -47,7 +47,7 @@ func (p *Pacer) Releasable(now time.Time, rate float64) bool {
 				units += l.units
 			}
 		}
-		credit := p.credit(u.Add(-p.window), now, now, 0) + current*min(d, p.slice).Seconds() + rate*max(d-p.slice, 0).Seconds()
+		credit := p.credit(u.Add(-p.window), now, now, 0) + current*min(d, grace).Seconds() + rate*max(d-grace, 0).Seconds()
 		if float64(units) > credit+epsilon {
 			return false
 		}

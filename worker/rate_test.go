@@ -15,28 +15,31 @@ import (
 	"github.com/sluicehq/sluice/worker"
 )
 
-// Several workers with default settings share a pool of 2,000 records/s.
-// Requests take 1–3 ms each way on a quiet path, 1–15 ms on a jittery one,
-// and the first 30 pay 30 ms more (cold connections). At the sink no
-// sliding second holds more than the capacity, and no 200 ms after the
-// first second more than 1.1 slices of the pool (1.15 on the jittery path);
-// the load costs only what
-// the latency requires (each send stays in the pacer's account until a
-// second after its answer).
+// One, two and three workers with default settings share a pool of 2,000
+// records/s. Requests take 1–3 ms each way on a quiet path, 1–15 ms on a
+// jittery one, and the first 30 pay 30 ms more (cold connections). At the
+// sink no sliding second holds more than the capacity; no 200 ms after the
+// first second holds more than 1.1 slices of the pool as sent, nor at the
+// sink beyond what the spread of the transit times can bunch together; the
+// load costs only what the latency requires. The floors are the targets: utilization ≥
+// 0.98 for one worker and ≥ 0.95 for several, except one worker on the
+// jittery path, where the model itself caps it: each send stays in the
+// pacer's account until a second after its answer, so a worker sustains at
+// most W ÷ (W + the 90th percentile answer time) of its rate, 0.974 for the
+// 27 ms round trips of that path, before the edges of the load.
 func TestSinkSideSecondHoldsWithSeveralWorkers(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name        string
-		jitter      time.Duration
-		utilization float64
-		slices200ms float64 // the busiest 200 ms after the first second, in slices of the pool
+		name   string
+		jitter time.Duration
+		floors map[int]float64 // utilization by workers
 	}{
-		{"quiet path", 2 * time.Millisecond, 0.93, 1.1},
+		{"quiet path", 2 * time.Millisecond, map[int]float64{1: 0.98, 2: 0.95, 3: 0.95}},
 		// Up to 14 ms of jitter each way moves a send of each worker across
 		// a 200 ms boundary now and then.
-		{"jittery path", 14 * time.Millisecond, 0.90, 1.15},
+		{"jittery path", 14 * time.Millisecond, map[int]float64{1: 0.97, 2: 0.95, 3: 0.95}},
 	} {
-		for _, workers := range []int{2, 3} {
+		for _, workers := range []int{1, 2, 3} {
 			t.Run(fmt.Sprintf("%s, %d workers", tc.name, workers), func(t *testing.T) {
 				t.Parallel()
 				synctest.Test(t, func(t *testing.T) {
@@ -63,12 +66,16 @@ func TestSinkSideSecondHoldsWithSeveralWorkers(t *testing.T) {
 					first, last := w.span()
 					most, most200 := w.busiest(time.Second, 0), w.busiest(200*time.Millisecond, first+time.Second)
 					utilization := float64(n) / capacity / (last - first).Seconds()
-					t.Logf("busiest second %d of %d, busiest 200 ms after the first second %d, utilization %.3f",
-						most, capacity, most200, utilization)
+					sent200 := w.busiestSent(200*time.Millisecond, first+time.Second)
+					t.Logf("busiest second %d of %d, busiest 200 ms after the first second %d (%d as sent), utilization %.3f",
+						most, capacity, most200, sent200, utilization)
 					t.Log("units per 200 ms:", w.series(200*time.Millisecond))
 					require.LessOrEqual(t, most, int64(capacity), "the sink's sliding second")
-					require.LessOrEqual(t, float64(most200), tc.slices200ms*capacity*0.2, "a slice's budget flows over the slice")
-					require.GreaterOrEqual(t, utilization, tc.utilization)
+					require.LessOrEqual(t, float64(sent200), 1.1*capacity*0.2, "a slice's budget flows over the slice")
+					// At the sink, sends of a 200 ms span plus the spread of
+					// their transit times may land in one 200 ms.
+					require.LessOrEqual(t, float64(most200), 1.1*capacity*(0.2+tc.jitter.Seconds()), "at the sink, within the transit's spread")
+					require.GreaterOrEqual(t, utilization, tc.floors[workers])
 				})
 			})
 		}

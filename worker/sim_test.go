@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -52,6 +53,7 @@ type world struct {
 
 	mu      sync.Mutex
 	accepts []accept // every record the sink charged, in the order accepted
+	sends   []accept // the same, at the instants they were sent
 	transit func(n int) (in, out time.Duration)
 	reqs    int
 	workers []*worker.Worker
@@ -84,6 +86,7 @@ func newWorld(t *testing.T, cfg sinksim.Config) *world {
 			sim.ServeHTTP(rw, r)
 			return
 		}
+		sent := time.Since(w.began)
 		w.mu.Lock()
 		w.reqs++
 		in, out := w.transit(w.reqs)
@@ -91,7 +94,7 @@ func newWorld(t *testing.T, cfg sinksim.Config) *world {
 		time.Sleep(in)
 		rec := httptest.NewRecorder()
 		sim.ServeHTTP(rec, r) // admitted here, at one instant
-		w.note(time.Since(w.began), rec.Body.Bytes())
+		w.note(sent, time.Since(w.began), rec.Body.Bytes())
 		time.Sleep(out)
 		for k, v := range rec.Header() {
 			rw.Header()[k] = v
@@ -113,8 +116,9 @@ func newWorld(t *testing.T, cfg sinksim.Config) *world {
 	return w
 }
 
-// note records the units the sink charged in one answer.
-func (w *world) note(at time.Duration, body []byte) {
+// note records the units the sink charged in one answer, sent at sent and
+// admitted at at.
+func (w *world) note(sent, at time.Duration, body []byte) {
 	var res sinkwire.Response
 	if json.Unmarshal(body, &res) != nil {
 		return
@@ -128,6 +132,8 @@ func (w *world) note(at time.Duration, body []byte) {
 	if units > 0 {
 		w.mu.Lock()
 		w.accepts = append(w.accepts, accept{at, units})
+		i, _ := slices.BinarySearchFunc(w.sends, sent, func(a accept, t time.Duration) int { return cmp.Compare(a.at, t+1) })
+		w.sends = slices.Insert(w.sends, i, accept{sent, units})
 		w.mu.Unlock()
 	}
 }
@@ -143,13 +149,28 @@ func (w *world) busiest(width, from time.Duration) int64 {
 func (w *world) busiestBetween(width, from, to time.Duration) int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return busiestOf(w.accepts, width, from, to)
+}
+
+// busiestSent returns the most units sent (of those the sink charged) in
+// any sliding window of width that starts at or after from: the pacing as
+// the workers did it, before the requests' transit moved it.
+func (w *world) busiestSent(width, from time.Duration) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return busiestOf(w.sends, width, from, time.Duration(math.MaxInt64))
+}
+
+// busiestOf returns the most units of events (in time order) in any
+// sliding window of width within [from, to).
+func busiestOf(events []accept, width, from, to time.Duration) int64 {
 	var most int64
-	for i, a := range w.accepts {
+	for i, a := range events {
 		if a.at < from || a.at+width > to {
 			continue
 		}
 		var sum int64
-		for _, b := range w.accepts[i:] {
+		for _, b := range events[i:] {
 			if b.at-a.at >= width {
 				break
 			}

@@ -247,7 +247,7 @@ func New(cfg Config) (_ *Worker, err error) {
 	mgr, err := lease.New(lease.Config{
 		Pool: cfg.Pool, WorkerID: cfg.WorkerID, RequestTimeout: cfg.RequestTimeout, Slice: cfg.Slice,
 		Reserved: cfg.Reserved, Logger: log,
-		Releasable: func(now time.Time, rate float64) bool { return pacer.Releasable(now, rate) },
+		Releasable: func(now time.Time, rate float64, grace time.Duration) bool { return pacer.Releasable(now, rate, grace) },
 	}, cfg.Redis...)
 	if err != nil {
 		return nil, err
