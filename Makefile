@@ -123,3 +123,7 @@ ci: lint test demo e2e ## what CI runs
 .PHONY: clean
 clean: ## remove build output and caches
 	rm -rf bin $(CACHE)
+
+.PHONY: docs
+docs: ## regenerate the CLI reference (docs/cli.md) from the app
+	$(GO) test -count=1 -run TestCLIReferenceIsCurrent ./cmd/sluice -update
