@@ -83,6 +83,12 @@ type Opened interface {
 	io.Closer
 }
 
+// URLForms names the sink URLs Open takes, one example each, for help
+// texts and errors.
+const URLForms = "http://host:port (the sink emulator's batch protocol), rest+https://api.example.com/items/{$id} (a REST API), " +
+	"postgres://user@host:5432/db?table=T, azuretables://host/account?table=T, dynamodb://table, s3://bucket/prefix, " +
+	"gs://bucket/prefix, opensearch://host:9200/index (opensearchs:// for TLS)"
+
 // CheckURL checks the --sink URL without connecting: its scheme selects the
 // sink, and the sink's required parts must be present.
 //

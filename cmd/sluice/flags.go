@@ -82,7 +82,7 @@ func inCategory(cat string, flags ...cli.Flag) []cli.Flag {
 // sink: Kafka, Redis and the sink.
 func connectionFlags() []cli.Flag {
 	return slices.Concat(kafkaFlags(), redisFlags(), inCategory(catConnect,
-		stringFlag("sink", "http://127.0.0.1:8088", "the throttled sink, as a `URL` (http:// = the sink emulator's batch protocol; rest+https://api/items/{id} = a plain REST API, see --sink-method)"),
+		stringFlag("sink", "http://127.0.0.1:8088", "the throttled sink, as a `URL`: "+sink.URLForms+"; see --sink-method and --sink-body for REST APIs"),
 	))
 }
 

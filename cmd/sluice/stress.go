@@ -24,7 +24,7 @@ func stressCommand() *cli.Command {
 			"the partition accepted over a step (its ceiling) and, with --target, the verdict.\n" +
 			"Records are not retried. Exit code 4: the ceiling is below --target.",
 		Flags: slices.Concat(inCategory(catConnect,
-			stringFlag("sink", "http://127.0.0.1:8088", "the sink to stress, as a `URL` (http(s)://, postgres://, azuretables://)"),
+			stringFlag("sink", "http://127.0.0.1:8088", "the sink to stress, as a `URL`: "+sink.URLForms),
 		), []cli.Flag{
 			floatFlag("start", stress.DefaultStart, "first step's rate, `records/s`"),
 			floatFlag("step", 0, "added to the rate every step, `records/s` (0: --start)"),
