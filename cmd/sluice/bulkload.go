@@ -73,9 +73,21 @@ func bulkLoad(c *cli.Context) error {
 	if c.NArg() == 0 {
 		return usageError(errors.New("bulk-load needs at least one input: FILE, a quoted GLOB, a DIR, or - for standard input"))
 	}
+	var screen *bulkload.Screen
+	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		// The progress bar and the log lines share the terminal: logs
+		// go above the bar.
+		screen = bulkload.NewScreen(f)
+		c.App.ErrWriter = screen
+	}
 	s, err := readSettings(c)
 	if err != nil {
 		return usageError(err)
+	}
+	if !c.Bool("embedded") {
+		if err := requireSink(s); err != nil {
+			return usageError(fmt.Errorf("%w, or --embedded for an in-process emulator", err))
+		}
 	}
 	workers := c.Int("workers")
 	if workers < 0 {
@@ -159,14 +171,13 @@ func bulkLoad(c *cli.Context) error {
 	defer producer.Close()
 	pool := proc.Jobs[0].Config.Pool
 	cfg := bulkload.Config{
-		Topic: s.worker.Topic, Group: s.worker.Group, Capacity: pool.Capacity, Unit: pool.Unit,
+		Topic: s.worker.Topic, Group: s.worker.Group, Capacity: pool.Capacity, Unit: pool.Unit, Pool: pool.Name,
 		IDField: s.worker.IDField, LoadID: loadID, MaxDeadLetters: limit, SinkTimeout: c.Duration("sink-timeout"), Logger: s.log,
+		DuplicatesUnknown: duplicatesUnknown(s), Screen: screen,
 	}
-	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		cfg.Bar = f
-	}
-	ports := bulkload.Ports{File: rows, Producer: producer, DeadLetters: proc.DeadLetters, Offsets: admin, Counters: counters, Start: start}
-	ports.Sink, _ = proc.Sink(0).(ingest.StatsSink)
+	ports := bulkload.Ports{File: rows, Producer: producer, DeadLetters: proc.DeadLetters, Offsets: admin, Counters: counters, Start: start,
+		SinkError: func() string { return proc.SinkError(0) }}
+	ports.Sink = sinkStats(proc.Sink(0), proc.Jobs[0].SinkURL)
 	if loadID != "" {
 		ports.Progress = bulkload.RedisProgress{Client: proc.Redis[0]}
 	}
@@ -185,9 +196,31 @@ func bulkLoad(c *cli.Context) error {
 	return reportLoad(c, summary, err, s.worker.Topic, deadLetterPath)
 }
 
-// reportLoad prints the summary (and writes it to --summary-json) and
-// returns the load's outcome as the command's exit.
+// reportLoad prints the summary (and writes it to --summary-json) with the
+// load's outcome and exit code, and returns the outcome as the command's
+// exit.
 func reportLoad(c *cli.Context, summary bulkload.Summary, err error, topic, deadLetterPath string) error {
+	exit := loadExit(c, summary, err, topic, deadLetterPath)
+	code, msg := exitOK, ""
+	if exit != nil {
+		code, msg = exitFailure, exit.Error()
+		var ec cli.ExitCoder
+		if errors.As(exit, &ec) {
+			code = ec.ExitCode()
+		}
+	}
+	if summary.Outcome == "" {
+		summary.Outcome = map[int]string{exitOK: bulkload.OutcomeFinished, exitDeadLetters: bulkload.OutcomeStopped,
+			exitInterrupted: bulkload.OutcomeInterrupted}[code]
+		if summary.Outcome == "" {
+			summary.Outcome = bulkload.OutcomeFailed
+		}
+		if code == exitDeadLetters && !errors.Is(err, bulkload.ErrTooManyDeadLetters) {
+			summary.Outcome = bulkload.OutcomeFinished // every record done, some dead-lettered
+		}
+		summary.Message = msg
+	}
+	summary.ExitCode = code
 	summary.WriteText(c.App.Writer)
 	if path := c.String("summary-json"); path != "" {
 		data, jerr := json.MarshalIndent(summary, "", "  ")
@@ -198,9 +231,17 @@ func reportLoad(c *cli.Context, summary bulkload.Summary, err error, topic, dead
 			return fmt.Errorf("--summary-json: %w", jerr)
 		}
 	}
+	return exit
+}
+
+// loadExit maps a load's end to the command's exit: 3 for dead letters,
+// 130 when a signal interrupted it, 1 for other failures.
+func loadExit(c *cli.Context, summary bulkload.Summary, err error, topic, deadLetterPath string) error {
 	switch {
 	case errors.Is(err, bulkload.ErrTooManyDeadLetters):
-		return cli.Exit(err.Error(), exitDeadLetters)
+		return cli.Exit(strings.TrimPrefix(err.Error(), "bulkload: "), exitDeadLetters)
+	case err != nil && c.Context.Err() != nil && errors.Is(err, context.Canceled):
+		return cli.Exit(fmt.Sprintf("interrupted (%v) before the load finished; rerun the same command to resume", context.Cause(c.Context)), exitInterrupted)
 	case err != nil:
 		return err
 	case summary.RecordsDeadLettered > 0:
@@ -211,6 +252,27 @@ func reportLoad(c *cli.Context, summary bulkload.Summary, err error, topic, dead
 		return cli.Exit(fmt.Sprintf("%d records were dead-lettered to %s", summary.RecordsDeadLettered, where), exitDeadLetters)
 	}
 	return nil
+}
+
+// duplicatesUnknown reports whether the sink cannot tell a record it had
+// already: a REST API with no --sink-duplicate-on statuses.
+func duplicatesUnknown(s settings) bool {
+	return strings.HasPrefix(s.sinkURL, "rest+") && s.sinkOpts.REST.Status.DuplicateOn.Empty()
+}
+
+// sinkStats is the sink's statistics for the summary: the emulator's
+// (http:// and https://) with its 200 ms series, so that a load at a
+// shared emulator reports its own peaks; another sink's when it keeps
+// any; nil otherwise.
+func sinkStats(opened ingest.Sink, sinkURL string) ingest.StatsSink {
+	st, ok := opened.(ingest.StatsSink)
+	if !ok {
+		return nil
+	}
+	if strings.HasPrefix(sinkURL, "http://") || strings.HasPrefix(sinkURL, "https://") {
+		return bulkload.EmulatorStats{StatsSink: st, URL: sinkURL}
+	}
+	return st
 }
 
 // wantedFields are the input fields the settings read, by the flag that

@@ -61,6 +61,11 @@ func runWorker(c *cli.Context) error {
 	if err != nil {
 		return usageError(err)
 	}
+	for _, s := range all {
+		if err := requireSink(s); err != nil {
+			return usageError(err)
+		}
+	}
 	reg, col, err := newMetrics(c)
 	if err != nil {
 		return err

@@ -24,6 +24,9 @@ const (
 	exitUsage       = 2 // a bad flag, argument, file or pool definition
 	exitDeadLetters = 3 // bulk-load finished, but some records were dead-lettered
 	exitBelowTarget = 4 // stress: the partition's ceiling is below --target
+	// exitInterrupted: a bulk load stopped by Ctrl-C or SIGTERM before it
+	// finished (128 + SIGINT, as shells report it); a rerun resumes.
+	exitInterrupted = 130
 )
 
 func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
@@ -65,7 +68,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			"written. Every flag can also be set by the environment variable shown beside it.\n\n" +
 			"Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration,\n" +
 			"3 bulk-load finished with dead-lettered records, 4 stress found a ceiling below\n" +
-			"its --target.",
+			"its --target, 130 a bulk load interrupted by Ctrl-C or SIGTERM (a rerun resumes).",
 		Version:              versionString(),
 		Writer:               stdout,
 		ErrWriter:            stderr,
