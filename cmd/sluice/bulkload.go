@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -56,7 +57,7 @@ func bulkLoadCommand() *cli.Command {
 			stringFlag("order", "file", "produce order: file, or interleave (consecutive records from different key ranges of the sink key, so a range-partitioned sink is not written at one end; reads the whole input into memory)"),
 			durationFlag("sink-timeout", 5*time.Minute, "give up (exit 1, nothing dead-lettered, the rest left for a rerun) when the sink stays unavailable this long, or, with --workers 0, when no worker drains the topic"),
 			stringFlag("max-dead-letters", bulkload.DefaultDeadLetterLimit.String(), "stop producing (exit 3) once more records than this are dead-lettered: a count, a share of the rows read (at least 100), or none"),
-			stringFlag("dead-letter-file", "", "also write every dead letter to this NDJSON `FILE` (default with --embedded: <topic>.dlq.ndjson, which outlives the in-process broker)"),
+			stringFlag("dead-letter-file", "", "also write every dead letter to this NDJSON `FILE`, once each across reruns (default with --embedded, since the in-process broker's dead-letter topic does not outlive it: <topic>.dlq.ndjson beside --summary-json, else under .sluice/)"),
 			memoryLimitFlag(),
 			boolFlag("no-resume", "produce the whole input again even when an earlier run of the same load got part of the way (and skip reading the files once more for the load's identity)"),
 			kafkaCompressionFlag(),
@@ -130,7 +131,7 @@ func bulkLoad(c *cli.Context) error {
 			return err
 		}
 		defer emb.close()
-		deadLetterPath = cmp.Or(deadLetterPath, s.worker.Topic+".dlq.ndjson")
+		deadLetterPath = cmp.Or(deadLetterPath, defaultDeadLetterFile(c.String("summary-json"), s.worker.Topic))
 		inProcess = !c.IsSet("brokers") || !c.IsSet("sink")
 	}
 	setMemoryLimit(c, inProcess, s.log)
@@ -194,6 +195,21 @@ func bulkLoad(c *cli.Context) error {
 		return err
 	})
 	return reportLoad(c, summary, err, s.worker.Topic, deadLetterPath)
+}
+
+// deadLetterDir is where --embedded keeps its dead letters without
+// --summary-json: a folder of the working directory that .gitignore's
+// ".sluice/" pattern (README) covers.
+const deadLetterDir = ".sluice"
+
+// defaultDeadLetterFile is --embedded's --dead-letter-file:
+// <topic>.dlq.ndjson next to the summary, else under deadLetterDir.
+func defaultDeadLetterFile(summary, topic string) string {
+	dir := deadLetterDir
+	if summary != "" {
+		dir = filepath.Dir(summary)
+	}
+	return filepath.Join(dir, topic+".dlq.ndjson")
 }
 
 // reportLoad prints the summary (and writes it to --summary-json) with the

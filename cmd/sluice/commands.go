@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -62,7 +63,7 @@ func runWorker(c *cli.Context) error {
 		return usageError(err)
 	}
 	for _, s := range all {
-		if err := requireSink(s); err != nil {
+		if err := cmp.Or(requireTopic(s), requireSink(s)); err != nil {
 			return usageError(err)
 		}
 	}
@@ -167,9 +168,9 @@ func poolCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "pool",
 		Usage: "inspect and change capacity pools",
-		Subcommands: []*cli.Command{poolSetCommand(), {
+		Subcommands: []*cli.Command{poolSetCommand(), poolListCommand(), {
 			Name:         "status",
-			Usage:        "show a pool's definition, its members' demand, and who holds which partition",
+			Usage:        "show a pool's definition and one line per worker: its partitions, demand and backlog",
 			Flags:        slices.Concat(redisFlags(), []cli.Flag{stringFlag("pool", "default", "pool `name`"), boolFlag("json", "print JSON")}, logFlags()),
 			OnUsageError: onUsageError,
 			Action: func(c *cli.Context) error {

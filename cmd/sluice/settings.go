@@ -173,10 +173,9 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	} else if cc.IsSet("sink-key-strategy") {
 		return s, errors.New("--sink-key-strategy: needs --sink-key TEMPLATE")
 	}
-	if topic == "" {
-		return s, errors.New("--topic: required: the Kafka topic to drain (or --type NAME with --types FILE, whose record type names it)")
-	}
-	if err := s.worker.Validate(); err != nil {
+	check := s.worker
+	check.Topic = cmp.Or(check.Topic, "-") // required by the command (requireTopic), named there
+	if err := check.Validate(); err != nil {
 		if ce := (*worker.ConfigError)(nil); errors.As(err, &ce) && flagOf[ce.Field] != "" {
 			return s, fmt.Errorf("%s: %w", flagOf[ce.Field], ce.Err)
 		}
@@ -206,6 +205,15 @@ const sinkURLForms = "a sink URL looks like http://host:8088 (the sink emulator)
 func requireSink(s settings) error {
 	if s.sinkURL == "" {
 		return fmt.Errorf("--sink: required: the throttled service to write to (%s)", sinkURLForms)
+	}
+	return nil
+}
+
+// requireTopic says the worker command needs --topic (or a --type that
+// names one) instead of draining a default topic it would create.
+func requireTopic(s settings) error {
+	if s.worker.Topic == "" {
+		return errors.New("--topic: required: the Kafka topic to drain (or --type NAME with --types FILE, whose record type names it)")
 	}
 	return nil
 }
