@@ -188,6 +188,10 @@ func (p *Process) openSink(ctx context.Context, job Job, preflight bool) error {
 	if err != nil {
 		return err
 	}
+	if sink.RESTUnseenID(job.SinkURL, job.Sink.REST, job.Config.IDField) {
+		p.log.Warn("the REST API never sees a record's ID, so it cannot tell a record it has already: a rerun or a redelivery stores it again",
+			"sink", sink.Redact(job.SinkURL), "fix", sink.RESTUnseenIDFix)
+	}
 	p.sinks[job.SinkURL] = opened
 	w, ok := opened.(ingest.Warmer)
 	if !preflight || !ok {
