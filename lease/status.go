@@ -268,3 +268,32 @@ func ListPools(ctx context.Context, client redis.UniversalClient, prefix string)
 	}
 	return out, nil
 }
+
+// CheckPool says how pool p stands in one Redis without storing anything
+// (a dry run): the definition a worker started with p would run with
+// (the stored one, or p when Redis has none), whether Redis holds one,
+// and the error wrapping ErrPoolMismatch (naming both) or ErrInvalidPool
+// that EnsurePool would return.
+func CheckPool(ctx context.Context, client redis.UniversalClient, prefix string, p Pool) (inForce Pool, stored bool, err error) {
+	if err := p.Validate(); err != nil {
+		return Pool{}, false, err
+	}
+	p = p.withDefaults()
+	key := keysFor(prefix, p.Name).def()
+	have, err := loadPool(ctx, client, key)
+	if errors.Is(err, redis.Nil) {
+		return p, false, nil
+	}
+	if err != nil {
+		return Pool{}, false, err
+	}
+	have.Name = p.Name
+	if have.Switch != nil {
+		p.Capacity, p.Partitions = have.Capacity, have.Partitions
+	}
+	if !samePool(have, p) {
+		return Pool{}, true, fmt.Errorf("%w: pool %q is defined in Redis (%s) with %s; this worker was started with %s",
+			ErrPoolMismatch, p.Name, key, have, p)
+	}
+	return have, true, nil
+}

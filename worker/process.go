@@ -59,6 +59,14 @@ type Setup struct {
 	// within its job's request timeout, opening the connections the
 	// workers will use (bulk loads produce only once the sink works).
 	Preflight bool
+	// DryRun checks the setup the way Start brings it up, without
+	// changing anything: the brokers and a Redis quorum answer, each
+	// job's pool agrees with the definition stored in Redis (none is
+	// stored), its topic exists or would be created (none is), each sink
+	// opens and answers its preflight (nothing is written); no
+	// dead-letter writer and no worker is built. Process.Plans says what
+	// a run would do.
+	DryRun bool
 	// Metrics, when set, reports every worker to Prometheus.
 	Metrics *metrics.Collector
 	// Logger receives the start-up's and the workers' logs. Default:
@@ -82,11 +90,23 @@ type Process struct {
 	// DeadLetters stores what the workers dead-letter: the dead-letter
 	// topic, and Setup.DeadLetterCopy when set.
 	DeadLetters ingest.DeadLetters
+	// Plans are, after a dry run, what a run would do with each job.
+	Plans []Plan
 
 	log     *slog.Logger
 	letters *queue.DeadLetterWriter
 	sinks   map[string]sink.Opened
 	watched map[string]*watchedSink // the sinks as the workers see them
+}
+
+// Plan is what a dry run found for a job.
+type Plan struct {
+	// PoolStored says Redis holds the pool's definition (Job.Config.Pool
+	// is the one in force); false: a run would store it.
+	PoolStored bool
+	// TopicPartitions is how many partitions the topic has; 0: a run
+	// would create it with CreatePartitions.
+	TopicPartitions, CreatePartitions int
 }
 
 // Start brings a process up in the order its parts depend on each other:
@@ -120,6 +140,9 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 		return nil, err
 	}
 	p.Admin = queue.Admin{Brokers: first.Brokers, Conn: first.Kafka}
+	if s.DryRun {
+		return p, p.check(ctx, s.Jobs)
+	}
 	for _, job := range s.Jobs {
 		if job.Config.Pool, err = p.ensurePool(ctx, job.Config.Pool); err != nil {
 			return nil, err
@@ -159,6 +182,35 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 		p.Workers = append(p.Workers, built)
 	}
 	return p, nil
+}
+
+// check is Start's dry run: each job's pool, topic and sink as Start
+// would find them, nothing stored, created or written.
+func (p *Process) check(ctx context.Context, jobs []Job) error {
+	for _, job := range jobs {
+		var plan Plan
+		for _, c := range p.Redis {
+			pool, stored, err := lease.CheckPool(ctx, c, "", job.Config.Pool)
+			if err != nil {
+				return err
+			}
+			job.Config.Pool, plan.PoolStored = pool, plan.PoolStored || stored
+		}
+		ends, err := p.Admin.EndOffsets(ctx, job.Config.Topic)
+		switch {
+		case errors.Is(err, queue.ErrUnknownTopic):
+			plan.CreatePartitions = max(job.TopicPartitions, job.Workers, 1)
+		case err != nil:
+			return err
+		default:
+			plan.TopicPartitions = len(ends)
+		}
+		if err := p.openSink(ctx, job, true); err != nil {
+			return err
+		}
+		p.Jobs, p.Plans = append(p.Jobs, job), append(p.Plans, plan)
+	}
+	return nil
 }
 
 // ensurePool stores pool in every Redis master, or adopts the definition

@@ -63,6 +63,7 @@ func bulkLoadCommand() *cli.Command {
 			kafkaCompressionFlag(),
 			topicPartitionsFlag(),
 			stringFlag("summary-json", "", "write the summary as JSON to this `FILE`"),
+			dryRunFlag(),
 			metricsFlag(),
 		}, simFlags("sim-"), logFlags()),
 		OnUsageError: onUsageError,
@@ -155,6 +156,20 @@ func bulkLoad(c *cli.Context) error {
 		f := bulkload.NewDeadLetterFile(deadLetterPath)
 		defer f.Close()
 		setup.DeadLetterCopy = f
+	}
+	if c.Bool("dry-run") {
+		setup.DryRun = true
+		proc, err := worker.Start(ctx, setup)
+		if err != nil {
+			return dryRunError(startError(err))
+		}
+		defer proc.Close()
+		n, err := countRows(rows)
+		if err != nil {
+			return dryRunError(err)
+		}
+		printPlan(c.App.Writer, proc, []settings{s})
+		return dryRunError(printLoadPlan(c, proc, in, n, loadID))
 	}
 	proc, err := worker.Start(ctx, setup)
 	if err != nil {

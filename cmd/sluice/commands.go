@@ -47,6 +47,7 @@ func workerCommand() *cli.Command {
 		Flags: slices.Concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), logFlags(), []cli.Flag{
 			stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)"),
 			topicPartitionsFlag(),
+			dryRunFlag(),
 			metricsFlag(),
 		}),
 		OnUsageError: onUsageError,
@@ -79,6 +80,15 @@ func runWorker(c *cli.Context) error {
 		} else {
 			jobs[i].Config.WorkerID = id
 		}
+	}
+	if c.Bool("dry-run") {
+		proc, err := worker.Start(c.Context, worker.Setup{Redis: all[0].redis, Jobs: jobs, DryRun: true, Logger: all[0].log})
+		if err != nil {
+			return dryRunError(startError(err))
+		}
+		defer proc.Close()
+		printPlan(c.App.Writer, proc, all)
+		return nil
 	}
 	proc, err := worker.Start(c.Context, worker.Setup{Redis: all[0].redis, Jobs: jobs, Metrics: col, Logger: all[0].log})
 	if err != nil {
