@@ -112,7 +112,7 @@ func (d *display) update(t ingest.Totals, prod Produced, leased float64) {
 		st.rate = float64(st.done-first.done) / now.Sub(first.at).Seconds()
 	}
 	if left := st.total - st.done; left > 0 && st.rate > 0 {
-		st.eta = time.Duration(float64(left) / st.rate * float64(time.Second)).Round(time.Second)
+		st.eta = time.Duration(float64(left) / st.rate * float64(time.Second))
 	}
 	if d.paused != nil {
 		if yes, since := d.paused(); yes {
@@ -147,8 +147,10 @@ func etaText(st status) string {
 	switch {
 	case st.total > 0 && st.done >= st.total:
 		return "0s"
+	case st.eta > 0 && st.eta < time.Second:
+		return "<1s"
 	case st.eta > 0:
-		return st.eta.String()
+		return st.eta.Round(time.Second).String()
 	}
 	return "?"
 }

@@ -17,7 +17,7 @@ func TestRESTUnseenID(t *testing.T) {
 		unseen             bool
 	}{
 		{url: "rest+http://api/items", unseen: true},
-		{url: "rest+http://api/items", idField: "page_id", unseen: true},                       // the record as is: the API assigns its own IDs
+		{url: "rest+http://api/items", idField: "page_id", unseen: true},                        // the record as is: the API assigns its own IDs
 		{url: "rest+http://api/items", body: `{"v": "{$record}"}`, idField: "id", unseen: true}, // the whole record, still no ID the API reads
 		{url: "rest+http://api/items/{$id}"},
 		{url: "rest+http://api/items?key={$key}"},
