@@ -201,7 +201,7 @@ func poolCommand() *cli.Command {
 				defer cancel()
 				st, err := lease.Status(ctx, clients[0], "", c.String("pool"))
 				if err != nil {
-					return err
+					return poolError(err) // an unknown pool is exit 2
 				}
 				if c.Bool("json") {
 					return printJSON(c, st)
