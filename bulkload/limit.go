@@ -52,6 +52,15 @@ func (l DeadLetterLimit) Allows(dead, read int64) bool {
 	return dead <= l.Count
 }
 
+// Describe says the limit for a message: "1 %" (a share of the rows read,
+// at least MinDeadLetters), "50" or "none".
+func (l DeadLetterLimit) Describe() string {
+	if l.Fraction > 0 {
+		return strconv.FormatFloat(l.Fraction*100, 'f', -1, 64) + " %"
+	}
+	return l.String()
+}
+
 func (l DeadLetterLimit) String() string {
 	switch {
 	case l.Fraction > 0:

@@ -24,7 +24,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -57,6 +56,11 @@ type Config struct {
 	Unit     ingest.Unit
 	// IDField names the field the IDs come from, for the report.
 	IDField string
+	// Pool names the capacity pool, for the report.
+	Pool string
+	// DuplicatesUnknown says the sink cannot tell a record it had
+	// already (a REST API without duplicate statuses), for the report.
+	DuplicatesUnknown bool
 	// LoadID names the load for Progress (see LoadID); "" without resume.
 	LoadID string
 	// Chunk is the number of records per produce call. Defaults to
@@ -78,9 +82,9 @@ type Config struct {
 	JoinTimeout time.Duration
 	// Logger receives progress lines. Default: slog.Default().
 	Logger *slog.Logger
-	// Bar, when set, shows a progress bar there (a terminal) instead of
+	// Screen, when set, shows a progress bar on a terminal instead of
 	// periodic log lines.
-	Bar io.Writer
+	Screen *Screen
 }
 
 // Ports are what a Load drives.
@@ -104,13 +108,17 @@ type Ports struct {
 	Start chan struct{}
 	// Progress, with Config.LoadID, makes a rerun resume; nil: none.
 	Progress Progress
+	// SinkError, when set, returns the latest error of a whole write
+	// (for the progress shown while the sink is paused).
+	SinkError func() string
 }
 
 // Load loads an input (files, standard input) through the queue into the
 // sink. Create it with New.
 type Load struct {
-	cfg Config
-	p   Ports
+	cfg        Config
+	p          Ports
+	sinkBefore *ingest.SinkStats // the sink's counts when the load began
 }
 
 // New checks cfg and returns a Load.
@@ -133,12 +141,32 @@ func New(cfg Config, p Ports) (*Load, error) {
 }
 
 // Worker is an in-process worker stack of the topic's consumer group
-// (*worker.Worker is one).
+// (*worker.Worker is one). One that also reports SinkPaused() (bool,
+// time.Time) shows a paused sink in the progress.
 type Worker interface {
 	// Run drains the topic until ctx is done.
 	ingest.Runner
-	// Rate is the worker's leased rate at now, in units/s (the ETA).
+	// Rate is the worker's leased rate at now, in units/s.
 	Rate(now time.Time) float64
+}
+
+// pauser is a Worker that reports a paused sink.
+type pauser interface {
+	SinkPaused() (bool, time.Time)
+}
+
+// paused reports whether a worker's sink is paused, and since when (the
+// earliest).
+func (l *Load) paused() (bool, time.Time) {
+	var since time.Time
+	for _, w := range l.p.Workers {
+		if p, ok := w.(pauser); ok {
+			if yes, at := p.SinkPaused(); yes && (since.IsZero() || at.Before(since)) {
+				since = at
+			}
+		}
+	}
+	return !since.IsZero(), since
 }
 
 // rate is the workers' combined leased rate at now, in units/s.
@@ -158,7 +186,7 @@ func (l *Load) rate(now time.Time) float64 {
 // topic, and a rerun of the same load resumes.
 func (l *Load) Run(ctx context.Context) (Summary, error) {
 	began := time.Now()
-	s := Summary{LoadID: l.cfg.LoadID}
+	s := Summary{LoadID: l.cfg.LoadID, Pool: l.cfg.Pool, Workers: len(l.p.Workers)}
 	var skip int64
 	if l.p.Progress != nil && l.cfg.LoadID != "" {
 		release, err := l.p.Progress.Claim(ctx, l.cfg.LoadID)
@@ -166,12 +194,26 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 			return s, err
 		}
 		defer release()
-		if skip, err = l.p.Progress.Resume(ctx, l.cfg.LoadID); err != nil {
+		resumed, err := l.p.Progress.Resume(ctx, l.cfg.LoadID)
+		if err != nil {
 			return s, err
 		}
-		if skip > 0 {
+		if !resumed.FinishedAt.IsZero() {
+			s.Outcome, s.FinishedAt, s.RecordsSkipped = OutcomeNothingToDo, resumed.FinishedAt, resumed.Rows
+			s.Message = fmt.Sprintf("load %s finished at %s (%d rows); --no-resume loads it again",
+				l.cfg.LoadID, resumed.FinishedAt.Local().Format(time.DateTime), resumed.Rows)
+			return s, nil
+		}
+		if skip = resumed.Rows; skip > 0 {
 			l.cfg.Logger.Info("resuming a load an earlier run left unfinished", "load", l.cfg.LoadID, "rows_done", skip)
 		}
+	}
+	if l.p.Sink != nil {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if st, err := l.p.Sink.Stats(sctx); err == nil {
+			l.sinkBefore = &st
+		}
+		cancel()
 	}
 	start, err := l.p.Offsets.EndOffsets(ctx, l.cfg.Topic)
 	if err != nil {
@@ -188,7 +230,7 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 
 	var mu sync.Mutex // guards produced while the producer runs
 	var produced Produced
-	prog := newProgress(l.cfg, len(l.p.Workers) == 0)
+	prog := newDisplay(l.cfg, len(l.p.Workers) == 0, l.paused, l.p.SinkError)
 	defer prog.close()
 	startOnce := sync.OnceFunc(func() {
 		if l.p.Start != nil {
@@ -221,7 +263,7 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 		produceErr <- err
 	}()
 	// gctx ends when a worker gives up (its error is the cause) or ctx does.
-	err = l.await(gctx, start, produceErr, func() Produced { mu.Lock(); defer mu.Unlock(); return produced }, prog)
+	doneAt, err := l.await(gctx, start, produceErr, func() Produced { mu.Lock(); defer mu.Unlock(); return produced }, prog)
 	if err != nil {
 		stop(err)
 	} else {
@@ -234,8 +276,16 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 	if err == nil {
 		err = context.Cause(ctx)
 	}
-	s = l.summary(ctx, s, produced, start, began)
+	prog.close() // before the summary is printed
+	s = l.summary(ctx, s, produced, start, began, doneAt)
 	s.WallS = time.Since(began).Seconds()
+	if err == nil && l.p.Progress != nil && l.cfg.LoadID != "" {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if ferr := l.p.Progress.Finish(fctx, l.cfg.LoadID, time.Now()); ferr != nil {
+			l.cfg.Logger.Warn("saving that the load finished failed; a rerun would check the input again", "err", ferr)
+		}
+		cancel()
+	}
 	return s, err
 }
 
@@ -243,8 +293,8 @@ func (l *Load) Run(ctx context.Context) (Summary, error) {
 func (l *Load) checkDeadLetters(p Produced) error {
 	dead := p.DeadLettered + l.p.Counters.Totals().DeadLettered
 	if !l.cfg.MaxDeadLetters.Allows(dead, p.Read) {
-		return fmt.Errorf("%w: %d of %d rows read (the limit is %s); stopped producing, see %s.dlq",
-			ErrTooManyDeadLetters, dead, p.Read, l.cfg.MaxDeadLetters, l.cfg.Topic)
+		return fmt.Errorf("%w: %d of %d rows read (the limit is %s); stopped producing, see %s.dlq (sluice dlq inspect --topic %s)",
+			ErrTooManyDeadLetters, dead, p.Read, l.cfg.MaxDeadLetters.Describe(), l.cfg.Topic, l.cfg.Topic)
 	}
 	return nil
 }
@@ -277,8 +327,8 @@ func (l *Load) awaitGroup(ctx context.Context) {
 
 // await reports progress while the file is produced and drained, and
 // returns once the producer is done and the group has committed every
-// offset it produced.
-func (l *Load) await(ctx context.Context, start map[int]int64, produceErr <-chan error, produced func() Produced, prog *progress) error {
+// offset it produced, with when it saw that.
+func (l *Load) await(ctx context.Context, start map[int]int64, produceErr <-chan error, produced func() Produced, prog *display) (time.Time, error) {
 	tick := time.NewTicker(l.cfg.Poll)
 	defer tick.Stop()
 	var target map[int]int64 // the end offsets once everything is produced
@@ -286,14 +336,14 @@ func (l *Load) await(ctx context.Context, start map[int]int64, produceErr <-chan
 	for {
 		select {
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return time.Time{}, context.Cause(ctx)
 		case err := <-produceErr:
 			if err != nil {
-				return err
+				return time.Time{}, err
 			}
 			end, err := l.p.Offsets.EndOffsets(ctx, l.cfg.Topic)
 			if err != nil {
-				return fmt.Errorf("read end offsets of %q: %w", l.cfg.Topic, err)
+				return time.Time{}, fmt.Errorf("read end offsets of %q: %w", l.cfg.Topic, err)
 			}
 			target = end
 			p := produced()
@@ -303,7 +353,7 @@ func (l *Load) await(ctx context.Context, start map[int]int64, produceErr <-chan
 		}
 		p := produced()
 		if err := l.checkDeadLetters(p); err != nil {
-			return err
+			return time.Time{}, err
 		}
 		committed, err := l.p.Offsets.CommittedOffsets(ctx, l.cfg.Group, l.cfg.Topic)
 		if err != nil {
@@ -316,13 +366,13 @@ func (l *Load) await(ctx context.Context, start map[int]int64, produceErr <-chan
 			if members, _, err := l.p.Offsets.GroupMembers(ctx, l.cfg.Group); err == nil && members > 0 {
 				lastMember = time.Now()
 			} else if time.Since(lastMember) >= l.cfg.SinkTimeout {
-				return fmt.Errorf("%w: consumer group %q has had no live member for %s; start `sluice worker` pods for topic %q (the records produced stay in it)",
+				return time.Time{}, fmt.Errorf("%w: consumer group %q has had no live member for %s; start `sluice worker` pods for topic %q (the records produced stay in it)",
 					ErrNoWorkers, l.cfg.Group, l.cfg.SinkTimeout, l.cfg.Topic)
 			}
 		}
 		prog.update(t, p, l.rate(time.Now()))
 		if target != nil && reached(committed, target) {
-			return nil
+			return time.Now(), nil
 		}
 	}
 }

@@ -292,6 +292,9 @@ func TestLoadResumesFromItsProgress(t *testing.T) {
 			Workers: []bulkload.Worker{topic.drain(new(ingest.Counters), dlq)}, Progress: progress}).Run(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, s.RecordsProduced)
+	require.Equal(t, bulkload.OutcomeNothingToDo, s.Outcome)
+	require.Contains(t, s.Message, "load "+id+" finished at ")
+	require.False(t, s.FinishedAt.IsZero())
 	require.Len(t, topic.recs, 1000)
 
 	// While a run holds the load, another is refused.

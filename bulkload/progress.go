@@ -27,11 +27,24 @@ type Progress interface {
 	// claim of a process that just died to lapse, and fails with
 	// ErrLoadRunning when another process holds it alive.
 	Claim(ctx context.Context, id string) (release func(), err error)
-	// Resume returns how many rows of the input an earlier run of load id
-	// produced (or dead-lettered): 0 for a new load.
-	Resume(ctx context.Context, id string) (rows int64, err error)
+	// Resume returns how far earlier runs of load id got: zero for a new
+	// load.
+	Resume(ctx context.Context, id string) (Resumed, error)
 	// Save records that the first rows rows of the input are done.
 	Save(ctx context.Context, id string, rows int64) error
+	// Finish records that the load finished at at: every record
+	// produced and done.
+	Finish(ctx context.Context, id string, at time.Time) error
+}
+
+// Resumed is how far earlier runs of a load got.
+type Resumed struct {
+	// Rows is how many rows of the input an earlier run produced (or
+	// dead-lettered).
+	Rows int64
+	// FinishedAt is when an earlier run finished the load; zero when
+	// none did.
+	FinishedAt time.Time
 }
 
 // LoadID names a load by what it loads where: the topic and the content of
@@ -125,24 +138,46 @@ func (r RedisProgress) Claim(ctx context.Context, id string) (func(), error) {
 }
 
 // Resume implements Progress.
-func (r RedisProgress) Resume(ctx context.Context, id string) (int64, error) {
+func (r RedisProgress) Resume(ctx context.Context, id string) (Resumed, error) {
+	var out Resumed
 	n, err := r.Client.Get(ctx, r.key(id)).Int64()
 	if errors.Is(err, redis.Nil) {
-		return 0, nil
+		return out, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("bulkload: read the progress of load %s: %w", id, err)
+		return out, fmt.Errorf("bulkload: read the progress of load %s: %w", id, err)
 	}
-	return n, nil
+	out.Rows = n
+	at, err := r.Client.Get(ctx, r.key(id)+":finished").Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return out, fmt.Errorf("bulkload: read the progress of load %s: %w", id, err)
+	default:
+		out.FinishedAt = time.UnixMilli(at)
+	}
+	return out, nil
+}
+
+// Finish implements Progress: it keeps when the load finished beside its
+// rows done, for as long.
+func (r RedisProgress) Finish(ctx context.Context, id string, at time.Time) error {
+	if err := r.Client.Set(ctx, r.key(id)+":finished", at.UnixMilli(), r.keepFor()).Err(); err != nil {
+		return fmt.Errorf("bulkload: save that load %s finished: %w", id, err)
+	}
+	return nil
+}
+
+func (r RedisProgress) keepFor() time.Duration {
+	if r.KeepFor <= 0 {
+		return 7 * 24 * time.Hour
+	}
+	return r.KeepFor
 }
 
 // Save implements Progress.
 func (r RedisProgress) Save(ctx context.Context, id string, rows int64) error {
-	keep := r.KeepFor
-	if keep <= 0 {
-		keep = 7 * 24 * time.Hour
-	}
-	if err := r.Client.Set(ctx, r.key(id), rows, keep).Err(); err != nil {
+	if err := r.Client.Set(ctx, r.key(id), rows, r.keepFor()).Err(); err != nil {
 		return fmt.Errorf("bulkload: save the progress of load %s: %w", id, err)
 	}
 	return nil

@@ -196,6 +196,11 @@ func (r *rowReader) deadLetter(ctx context.Context, rec ingest.Record, at rowPos
 	pr := r.pr
 	rec.Pos = ingest.Position{Topic: pr.cfg.Topic, Offset: -1}
 	if err := pr.dlq.DeadLetter(ctx, ingest.DeadLetter{Record: rec, Reason: reason}); err != nil {
+		if ctx.Err() != nil {
+			// Stopped (the dead-letter limit reached, the load
+			// interrupted): the cause says why, not the write it cut.
+			return context.Cause(ctx)
+		}
 		return fmt.Errorf("dead-letter %s: %w", reason, err)
 	}
 	pr.mu.Lock()

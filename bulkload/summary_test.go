@@ -17,16 +17,16 @@ func TestSummaryTellsBothSides(t *testing.T) {
 	t.Parallel()
 	s := bulkload.Summary{
 		RecordsTotal: 9366, RecordsDelivered: 9366, SinkRequests: 480, SinkRecordAttempts: 9366,
-		Unit: "records", CapacityUnitsPerS: 2000, CostTotal: 9366, ElapsedS: 4.8, IdealS: 4.683, Utilization: 0.976,
+		Workers: 2, Unit: "records", CapacityUnitsPerS: 2000, CostTotal: 9366, UnitsSent: 9366, ElapsedS: 4.8, IdealS: 4.683, Utilization: 0.976,
 		SendMaxUnits1s: 1996, LatencyP99MS: 4.2, LatencyMaxMS: 9.1, GuardMinMS: 2.1, GuardFinalMS: 3.4,
-		MaxUnits1sWindow: 1997, MaxUnits200msWindow: 420, SinkStats: &ingest.SinkStats{},
+		MaxUnits1sWindow: 1997, MaxUnits200msWindow: 420, SinkStats: &ingest.SinkStats{}, SinkStatsScope: bulkload.ScopeRun,
 	}
 	var b strings.Builder
 	s.WriteText(&b)
 	out := b.String()
 	require.Contains(t, out, "at most 1996 records in a 1 s window (0.998 of capacity)")
 	require.Contains(t, out, "planned for 3.4 ms at the end (2.1 ms at least)")
-	require.Contains(t, out, "peak at sink 1997 records in a 1 s window (0.999 of capacity), 420 in a 200 ms window")
+	require.Contains(t, out, "peak at sink 1997 records in a 1 s window (0.999 of capacity), 420 in a 200 ms window (this run)")
 	require.NotContains(t, out, "over capacity")
 
 	s.MaxUnits1sWindow = 2300 // another client shared the sink

@@ -207,7 +207,7 @@ func TestReleaseImage(t *testing.T) {
 	require.Zero(t, summary.Throttled, "the sink never throttled")
 	require.LessOrEqual(t, summary.MaxUnits1s, int64(2020), "the sink's busiest second within 1%% of the capacity, 2,000")
 
-	// A dead letter goes to the default dead-letter file, in the working
+	// A dead letter goes to the default dead-letter file, under .sluice/ in the working
 	// directory: /tmp, writable.
 	dlTmp := t.TempDir()
 	require.NoError(t, os.Chmod(dlTmp, 0o1777))
@@ -219,7 +219,7 @@ func TestReleaseImage(t *testing.T) {
 	var exit *exec.ExitError
 	require.True(t, errors.As(err, &exit), "a row without an ID is dead-lettered: %v\n%s", err, out)
 	require.Equal(t, 3, exit.ExitCode(), "exit 3: records were dead-lettered\n%s", out)
-	dl, err := os.ReadFile(filepath.Join(dlTmp, "deadletters.dlq.ndjson"))
+	dl, err := os.ReadFile(filepath.Join(dlTmp, ".sluice", "deadletters.dlq.ndjson"))
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(dl), `"value":",3.0"`)
 

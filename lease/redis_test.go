@@ -235,7 +235,8 @@ func TestFairShareConverges(t *testing.T) {
 			require.Len(t, st.Members, workers)
 			for _, ms := range st.Members {
 				require.Equal(t, 10, ms.Want)
-				require.True(t, math.IsInf(ms.Demand, 1))
+				require.True(t, ms.WantsAll, "a backlog: all it can get")
+				require.False(t, math.IsInf(ms.Demand, 0), "every number status shows is finite")
 			}
 		})
 	}

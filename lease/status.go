@@ -3,13 +3,13 @@ package lease
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,28 +44,19 @@ type MemberStatus struct {
 	Worker string `json:"worker"`
 	// Want is the number of partitions the worker asks for (0..P).
 	Want int `json:"want_partitions"`
-	// Demand is the announced demand in units/s; +Inf means a backlog
-	// (encoded as the string "+Inf" in JSON).
-	Demand float64 `json:"-"`
+	// Demand is the announced demand in units/s, finite: a worker with a
+	// backlog wants all it can get (WantsAll), shown as the pool's
+	// effective rate.
+	Demand float64 `json:"demand_units_per_s"`
+	// WantsAll is true when the worker asks for all it can get (it has a
+	// backlog).
+	WantsAll bool `json:"wants_all"`
 	// Reserved is how many of them the worker holds whatever its demand.
 	Reserved int `json:"reserved_partitions"`
 	// Holds is how many partitions the worker holds.
 	Holds int `json:"holds_partitions"`
 	// Backlog is the units waiting for the worker, -1 unknown.
 	Backlog float64 `json:"backlog_units"`
-}
-
-// MarshalJSON encodes the demand as a number, or "+Inf".
-func (s MemberStatus) MarshalJSON() ([]byte, error) {
-	type plain MemberStatus
-	var demand any = s.Demand
-	if math.IsInf(s.Demand, 0) || math.IsNaN(s.Demand) {
-		demand = strconv.FormatFloat(s.Demand, 'g', -1, 64)
-	}
-	return json.Marshal(struct {
-		plain
-		Demand any `json:"demand_units_per_s"`
-	}{plain(s), demand})
 }
 
 // PartitionStatus is who holds one partition.
@@ -127,7 +118,11 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 		st.Partitions[i] = ps
 	}
 	for w, a := range members {
-		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: a.Demand, Reserved: a.Reserved, Holds: holds[w], Backlog: a.Backlog})
+		demand, all := a.Demand, math.IsInf(a.Demand, 1) || math.IsNaN(a.Demand)
+		if all {
+			demand = st.EffectiveRate
+		}
+		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: demand, WantsAll: all, Reserved: a.Reserved, Holds: holds[w], Backlog: a.Backlog})
 		delete(holds, w)
 		if a.Backlog >= 0 {
 			st.Backlog = max(st.Backlog, 0) + a.Backlog
@@ -144,7 +139,8 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 	return st, nil
 }
 
-// String renders the status as text.
+// String renders the status as text: the pool, then one line per worker
+// (its partitions summarised), then the free partitions.
 func (s PoolStatus) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %s: %s (%v %s/s per partition)\n", s.Pool.Name, s.Pool, s.PartitionRate, s.Pool.Unit)
@@ -157,27 +153,147 @@ func (s PoolStatus) String() string {
 	if s.Backlog >= 0 {
 		fmt.Fprintf(&b, "backlog: %v %s, ETA %v at the pool's rate\n", s.Backlog, s.Pool.Unit, s.ETA.Round(100*time.Millisecond))
 	}
-	fmt.Fprintf(&b, "members (%d):\n", len(s.Members))
-	for _, m := range s.Members {
-		reserved := ""
-		if m.Reserved > 0 {
-			reserved = fmt.Sprintf(" (%d reserved)", m.Reserved)
-		}
-		fmt.Fprintf(&b, "  %s  wants %d%s, holds %d partitions, demand %v %s/s\n", m.Worker, m.Want, reserved, m.Holds, m.Demand, s.Pool.Unit)
-	}
-	held := 0
-	for _, p := range s.Partitions {
-		if p.Holder != "" {
-			held++
-		}
-	}
-	fmt.Fprintf(&b, "partitions (%d of %d held):\n", held, len(s.Partitions))
+	held := map[string][]PartitionStatus{}
+	var free []int
 	for _, p := range s.Partitions {
 		if p.Holder == "" {
-			fmt.Fprintf(&b, "  %3d  free\n", p.Partition)
+			free = append(free, p.Partition)
 			continue
 		}
-		fmt.Fprintf(&b, "  %3d  %s  ttl %v\n", p.Partition, p.Holder, p.TTLLeft.Round(time.Millisecond))
+		held[p.Holder] = append(held[p.Holder], p)
 	}
+	fmt.Fprintf(&b, "workers (%d):\n", len(s.Members))
+	for _, m := range s.Members {
+		fmt.Fprintf(&b, "  %s  holds %d of %d partitions", m.Worker, m.Holds, len(s.Partitions))
+		if ps := held[m.Worker]; len(ps) > 0 {
+			idx := make([]int, len(ps))
+			least := ps[0].TTLLeft
+			for i, p := range ps {
+				idx[i], least = p.Partition, min(least, p.TTLLeft)
+			}
+			fmt.Fprintf(&b, " (%s; %v %s/s; leases %v left at least)", ranges(idx), float64(len(ps))*s.PartitionRate, s.Pool.Unit, least.Round(100*time.Millisecond))
+		}
+		fmt.Fprintf(&b, ", wants %d", m.Want)
+		if m.Reserved > 0 {
+			fmt.Fprintf(&b, " (%d reserved)", m.Reserved)
+		}
+		switch {
+		case m.WantsAll:
+			fmt.Fprintf(&b, ", demand: all it can get (a backlog)")
+		default:
+			fmt.Fprintf(&b, ", demand %v %s/s", m.Demand, s.Pool.Unit)
+		}
+		if m.Backlog >= 0 {
+			fmt.Fprintf(&b, ", backlog %v %s", m.Backlog, s.Pool.Unit)
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "free partitions: %d of %d", len(free), len(s.Partitions))
+	if len(free) > 0 {
+		fmt.Fprintf(&b, " (%s)", ranges(free))
+	}
+	b.WriteString("\n")
 	return b.String()
+}
+
+// ranges writes sorted partition indexes as runs: "0-3, 7, 9-10".
+func ranges(idx []int) string {
+	slices.Sort(idx)
+	var parts []string
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", idx[i], idx[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(idx[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
+}
+
+// PoolSummary is one pool of ListPools.
+type PoolSummary struct {
+	Pool    Pool `json:"pool"`
+	Members int  `json:"members"` // workers announcing demand
+}
+
+// ListPools reads every pool defined under prefix (DefaultPrefix when
+// empty) in one Redis, by name, for `sluice pool list`.
+func ListPools(ctx context.Context, client redis.UniversalClient, prefix string) ([]PoolSummary, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	var names []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, prefix+":*:def", 1000).Iterator()
+		for it.Next(ctx) {
+			name := strings.TrimSuffix(strings.TrimPrefix(it.Val(), prefix+":"), ":def")
+			names = append(names, strings.TrimSuffix(strings.TrimPrefix(name, "{"), "}"))
+		}
+		return it.Err()
+	}
+	var err error
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, node)
+		})
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		return nil, fmt.Errorf("lease: list pools: unsupported Redis client %T", client)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease: list pools: %w", err)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	out := make([]PoolSummary, 0, len(names))
+	for _, name := range names {
+		st, err := Status(ctx, client, prefix, name)
+		if errors.Is(err, ErrNoPool) {
+			continue // deleted in between
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, PoolSummary{Pool: st.Pool, Members: len(st.Members)})
+	}
+	return out, nil
+}
+
+// CheckPool says how pool p stands in one Redis without storing anything
+// (a dry run): the definition a worker started with p would run with
+// (the stored one, or p when Redis has none), whether Redis holds one,
+// and the error wrapping ErrPoolMismatch (naming both) or ErrInvalidPool
+// that EnsurePool would return.
+func CheckPool(ctx context.Context, client redis.UniversalClient, prefix string, p Pool) (inForce Pool, stored bool, err error) {
+	if err := p.Validate(); err != nil {
+		return Pool{}, false, err
+	}
+	p = p.withDefaults()
+	key := keysFor(prefix, p.Name).def()
+	have, err := loadPool(ctx, client, key)
+	if errors.Is(err, redis.Nil) {
+		return p, false, nil
+	}
+	if err != nil {
+		return Pool{}, false, err
+	}
+	have.Name = p.Name
+	if have.Switch != nil {
+		p.Capacity, p.Partitions = have.Capacity, have.Partitions
+	}
+	if !samePool(have, p) {
+		return Pool{}, true, fmt.Errorf("%w: pool %q is defined in Redis (%s) with %s; this worker was started with %s",
+			ErrPoolMismatch, p.Name, key, have, p)
+	}
+	return have, true, nil
 }

@@ -341,17 +341,20 @@ func TestMiniredisClockTTL(t *testing.T) {
 		return err == nil && st.Backlog == 450
 	}, 2*time.Second, 5*time.Millisecond, "the backlog is announced at the next tick")
 	require.Len(t, st.Members, 1)
-	require.Equal(t, MemberStatus{Worker: "embedded-worker", Want: 2, Demand: math.Inf(1), Holds: 2, Backlog: 450}, st.Members[0])
+	require.Equal(t, MemberStatus{Worker: "embedded-worker", Want: 2, Demand: 100, WantsAll: true, Holds: 2, Backlog: 450}, st.Members[0])
 	require.InDelta(t, 4.5, st.ETASeconds, 1e-9, "450 records at the pool's 100 records/s")
 	require.Contains(t, st.String(), "backlog: 450 records, ETA 4.5s")
 	for _, p := range st.Partitions {
 		require.Equal(t, "embedded-worker", p.Holder)
 		require.Positive(t, p.TTLLeft)
 	}
-	require.Contains(t, st.String(), "embedded-worker  wants 2, holds 2 partitions, demand +Inf records/s")
+	require.Contains(t, st.String(), "embedded-worker  holds 2 of 2 partitions (0-1; 100 records/s; leases ")
+	require.Contains(t, st.String(), "wants 2, demand: all it can get (a backlog), backlog 450 records\n")
+	require.Contains(t, st.String(), "free partitions: 0 of 2\n")
+	require.NotContains(t, st.String(), "Inf")
 	js, err := json.Marshal(st)
 	require.NoError(t, err)
-	require.Contains(t, string(js), `"demand_units_per_s":"+Inf"`)
+	require.Contains(t, string(js), `"demand_units_per_s":100,"wants_all":true`)
 	require.Contains(t, string(js), `"ttl":"1.5s"`)
 
 	// Without renewals, the key's TTL runs down with the real clock.

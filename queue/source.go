@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -424,23 +425,83 @@ func closeBounded(close func() error, timeout time.Duration, what string) error 
 	}
 }
 
-// kafkaLogger adapts kafka-go's printf logging to slog at level.
+// kafkaLogger adapts kafka-go's printf logging to slog at level. What
+// kafka-go reports as an error but is routine is logged at DEBUG, so that
+// a WARN asks for a look: a fetch on an idle partition that timed out
+// (kafka-go retries it) and a group's rebalance (every join and leave
+// starts one). A group that keeps rebalancing (more than
+// rebalanceWarnAfter in a minute) is worth a look, and is a WARN. The
+// other errors stay WARNs, at most one every 5 s.
 func kafkaLogger(log *slog.Logger, level slog.Level) kafka.LoggerFunc {
 	limit := &rate.Sometimes{Interval: 5 * time.Second}
+	rebalances := &rebalanceCount{}
 	return func(format string, args ...any) {
-		if !log.Enabled(context.Background(), level) {
-			return
-		}
 		for _, a := range args {
 			if err, ok := a.(error); ok && errors.Is(err, context.Canceled) {
 				return // shutting down
 			}
 		}
-		line := func() { log.Log(context.Background(), level, "kafka client", "detail", fmt.Sprintf(format, args...)) }
-		if level >= slog.LevelWarn {
+		detail := fmt.Sprintf(format, args...)
+		lvl := level
+		if lvl >= slog.LevelWarn {
+			switch kafkaRoutine(detail) {
+			case routineTimeout:
+				lvl = slog.LevelDebug
+			case routineRebalance:
+				lvl = slog.LevelDebug
+				if n := rebalances.note(time.Now()); n > rebalanceWarnAfter {
+					lvl = slog.LevelWarn
+					detail = fmt.Sprintf("the consumer group rebalanced %d times in the last minute (members joining and leaving, or a session timeout too short for the work between fetches): %s", n, detail)
+				}
+			}
+		}
+		if !log.Enabled(context.Background(), lvl) {
+			return
+		}
+		line := func() { log.Log(context.Background(), lvl, "kafka client", "detail", detail) }
+		if lvl >= slog.LevelWarn {
 			limit.Do(line) // a broker that is down repeats itself every few milliseconds
 			return
 		}
 		line()
 	}
+}
+
+// rebalanceWarnAfter is how many rebalances in a minute are routine.
+const rebalanceWarnAfter = 5
+
+// Kinds of routine kafka-go errors.
+const (
+	routineNone = iota
+	routineTimeout
+	routineRebalance
+)
+
+// kafkaRoutine classifies a kafka-go error line: an idle partition's
+// fetch timeout, a rebalance of the group (Rebalance In Progress, or a
+// generation a rebalance just ended), or neither.
+func kafkaRoutine(detail string) int {
+	switch {
+	case strings.Contains(detail, "i/o timeout") && strings.Contains(detail, "reading partition"):
+		return routineTimeout
+	case strings.Contains(detail, kafka.RebalanceInProgress.Title()), strings.Contains(detail, kafka.IllegalGeneration.Title()):
+		return routineRebalance
+	}
+	return routineNone
+}
+
+// rebalanceCount counts a group's rebalances over the last minute.
+type rebalanceCount struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (r *rebalanceCount) note(now time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.at = append(r.at, now)
+	for len(r.at) > 0 && now.Sub(r.at[0]) > time.Minute {
+		r.at = r.at[1:]
+	}
+	return len(r.at)
 }

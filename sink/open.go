@@ -74,6 +74,9 @@ type RESTOptions struct {
 	Body     string
 	Status   StatusRules
 	Parallel int
+	// IdempotencyKey says the API honours the Idempotency-Key header
+	// (every request carries one): it stores a repeated request once.
+	IdempotencyKey bool
 }
 
 // Opened is a sink opened by Open. Close releases its connections; it is a

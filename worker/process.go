@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,6 +59,14 @@ type Setup struct {
 	// within its job's request timeout, opening the connections the
 	// workers will use (bulk loads produce only once the sink works).
 	Preflight bool
+	// DryRun checks the setup the way Start brings it up, without
+	// changing anything: the brokers and a Redis quorum answer, each
+	// job's pool agrees with the definition stored in Redis (none is
+	// stored), its topic exists or would be created (none is), each sink
+	// opens and answers its preflight (nothing is written); no
+	// dead-letter writer and no worker is built. Process.Plans says what
+	// a run would do.
+	DryRun bool
 	// Metrics, when set, reports every worker to Prometheus.
 	Metrics *metrics.Collector
 	// Logger receives the start-up's and the workers' logs. Default:
@@ -81,10 +90,23 @@ type Process struct {
 	// DeadLetters stores what the workers dead-letter: the dead-letter
 	// topic, and Setup.DeadLetterCopy when set.
 	DeadLetters ingest.DeadLetters
+	// Plans are, after a dry run, what a run would do with each job.
+	Plans []Plan
 
 	log     *slog.Logger
 	letters *queue.DeadLetterWriter
 	sinks   map[string]sink.Opened
+	watched map[string]*watchedSink // the sinks as the workers see them
+}
+
+// Plan is what a dry run found for a job.
+type Plan struct {
+	// PoolStored says Redis holds the pool's definition (Job.Config.Pool
+	// is the one in force); false: a run would store it.
+	PoolStored bool
+	// TopicPartitions is how many partitions the topic has; 0: a run
+	// would create it with CreatePartitions.
+	TopicPartitions, CreatePartitions int
 }
 
 // Start brings a process up in the order its parts depend on each other:
@@ -101,7 +123,7 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 	if len(s.Jobs) == 0 {
 		return nil, &ConfigError{Field: "Jobs", Err: errors.New("at least one job is required")}
 	}
-	p := &Process{log: cmp.Or(s.Logger, slog.Default()), sinks: map[string]sink.Opened{}}
+	p := &Process{log: cmp.Or(s.Logger, slog.Default()), sinks: map[string]sink.Opened{}, watched: map[string]*watchedSink{}}
 	defer func() {
 		if err != nil {
 			_ = p.Close()
@@ -118,6 +140,9 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 		return nil, err
 	}
 	p.Admin = queue.Admin{Brokers: first.Brokers, Conn: first.Kafka}
+	if s.DryRun {
+		return p, p.check(ctx, s.Jobs)
+	}
 	for _, job := range s.Jobs {
 		if job.Config.Pool, err = p.ensurePool(ctx, job.Config.Pool); err != nil {
 			return nil, err
@@ -140,7 +165,7 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 	for i := range p.Jobs {
 		job := &p.Jobs[i]
 		cfg := &job.Config
-		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Metrics = p.Redis, p.sinks[job.SinkURL], p.DeadLetters, s.Metrics
+		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Metrics = p.Redis, p.watch(job.SinkURL), p.DeadLetters, s.Metrics
 		cfg.Logger = cmp.Or(cfg.Logger, p.log)
 		var built []*Worker
 		for n := range job.Workers {
@@ -157,6 +182,35 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 		p.Workers = append(p.Workers, built)
 	}
 	return p, nil
+}
+
+// check is Start's dry run: each job's pool, topic and sink as Start
+// would find them, nothing stored, created or written.
+func (p *Process) check(ctx context.Context, jobs []Job) error {
+	for _, job := range jobs {
+		var plan Plan
+		for _, c := range p.Redis {
+			pool, stored, err := lease.CheckPool(ctx, c, "", job.Config.Pool)
+			if err != nil {
+				return err
+			}
+			job.Config.Pool, plan.PoolStored = pool, plan.PoolStored || stored
+		}
+		ends, err := p.Admin.EndOffsets(ctx, job.Config.Topic)
+		switch {
+		case errors.Is(err, queue.ErrUnknownTopic):
+			plan.CreatePartitions = max(job.TopicPartitions, job.Workers, 1)
+		case err != nil:
+			return err
+		default:
+			plan.TopicPartitions = len(ends)
+		}
+		if err := p.openSink(ctx, job, true); err != nil {
+			return err
+		}
+		p.Jobs, p.Plans = append(p.Jobs, job), append(p.Plans, plan)
+	}
+	return nil
 }
 
 // ensurePool stores pool in every Redis master, or adopts the definition
@@ -186,6 +240,10 @@ func (p *Process) openSink(ctx context.Context, job Job, preflight bool) error {
 	if err != nil {
 		return err
 	}
+	if sink.RESTUnseenID(job.SinkURL, job.Sink.REST, job.Config.IDField) {
+		p.log.Warn("the REST API never sees a record's ID, so it cannot tell a record it has already: a rerun or a redelivery stores it again",
+			"sink", sink.Redact(job.SinkURL), "fix", sink.RESTUnseenIDFix)
+	}
 	p.sinks[job.SinkURL] = opened
 	w, ok := opened.(ingest.Warmer)
 	if !preflight || !ok {
@@ -201,6 +259,62 @@ func (p *Process) openSink(ctx context.Context, job Job, preflight bool) error {
 
 // Sink returns the opened sink of job i.
 func (p *Process) Sink(i int) ingest.Sink { return p.sinks[p.Jobs[i].SinkURL] }
+
+// SinkError returns the latest error of a whole write to job i's sink
+// (a transport error, a throttle, a 5xx), "" before any: why a paused
+// sink is paused.
+func (p *Process) SinkError(i int) string {
+	if w := p.watched[p.Jobs[i].SinkURL]; w != nil {
+		return w.last()
+	}
+	return ""
+}
+
+// watch returns the sink of url as the workers use it: the opened one,
+// noting the latest error of a whole write.
+func (p *Process) watch(url string) ingest.Sink {
+	w := p.watched[url]
+	if w == nil {
+		w = &watchedSink{Sink: p.sinks[url]}
+		p.watched[url] = w
+	}
+	if warmer, ok := w.Sink.(ingest.Warmer); ok {
+		return warmedSink{w, warmer}
+	}
+	return w
+}
+
+// watchedSink notes the latest error of a whole write to its sink.
+type watchedSink struct {
+	ingest.Sink
+	mu  sync.Mutex
+	err string
+}
+
+func (w *watchedSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.Result, error) {
+	res, err := w.Sink.Write(ctx, batch)
+	if err != nil && ctx.Err() == nil {
+		w.mu.Lock()
+		w.err = err.Error()
+		w.mu.Unlock()
+	}
+	return res, err
+}
+
+func (w *watchedSink) last() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// warmedSink is a watchedSink whose sink opens its connections ahead
+// (the pipeline warms it before the first slice).
+type warmedSink struct {
+	*watchedSink
+	warmer ingest.Warmer
+}
+
+func (w warmedSink) Warm(ctx context.Context, conns int) error { return w.warmer.Warm(ctx, conns) }
 
 // All returns every worker of every job.
 func (p *Process) All() []*Worker {

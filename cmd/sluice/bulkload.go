@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -56,12 +57,13 @@ func bulkLoadCommand() *cli.Command {
 			stringFlag("order", "file", "produce order: file, or interleave (consecutive records from different key ranges of the sink key, so a range-partitioned sink is not written at one end; reads the whole input into memory)"),
 			durationFlag("sink-timeout", 5*time.Minute, "give up (exit 1, nothing dead-lettered, the rest left for a rerun) when the sink stays unavailable this long, or, with --workers 0, when no worker drains the topic"),
 			stringFlag("max-dead-letters", bulkload.DefaultDeadLetterLimit.String(), "stop producing (exit 3) once more records than this are dead-lettered: a count, a share of the rows read (at least 100), or none"),
-			stringFlag("dead-letter-file", "", "also write every dead letter to this NDJSON `FILE` (default with --embedded: <topic>.dlq.ndjson, which outlives the in-process broker)"),
+			stringFlag("dead-letter-file", "", "also write every dead letter to this NDJSON `FILE`, once each across reruns (default with --embedded, since the in-process broker's dead-letter topic does not outlive it: <topic>.dlq.ndjson beside --summary-json, else under .sluice/)"),
 			memoryLimitFlag(),
 			boolFlag("no-resume", "produce the whole input again even when an earlier run of the same load got part of the way (and skip reading the files once more for the load's identity)"),
 			kafkaCompressionFlag(),
 			topicPartitionsFlag(),
 			stringFlag("summary-json", "", "write the summary as JSON to this `FILE`"),
+			dryRunFlag(),
 			metricsFlag(),
 		}, simFlags("sim-"), logFlags()),
 		OnUsageError: onUsageError,
@@ -73,9 +75,21 @@ func bulkLoad(c *cli.Context) error {
 	if c.NArg() == 0 {
 		return usageError(errors.New("bulk-load needs at least one input: FILE, a quoted GLOB, a DIR, or - for standard input"))
 	}
+	var screen *bulkload.Screen
+	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		// The progress bar and the log lines share the terminal: logs
+		// go above the bar.
+		screen = bulkload.NewScreen(f)
+		c.App.ErrWriter = screen
+	}
 	s, err := readSettings(c)
 	if err != nil {
 		return usageError(err)
+	}
+	if !c.Bool("embedded") {
+		if err := requireSink(s); err != nil {
+			return usageError(fmt.Errorf("%w, or --embedded for an in-process emulator", err))
+		}
 	}
 	workers := c.Int("workers")
 	if workers < 0 {
@@ -118,7 +132,7 @@ func bulkLoad(c *cli.Context) error {
 			return err
 		}
 		defer emb.close()
-		deadLetterPath = cmp.Or(deadLetterPath, s.worker.Topic+".dlq.ndjson")
+		deadLetterPath = cmp.Or(deadLetterPath, defaultDeadLetterFile(c.String("summary-json"), s.worker.Topic))
 		inProcess = !c.IsSet("brokers") || !c.IsSet("sink")
 	}
 	setMemoryLimit(c, inProcess, s.log)
@@ -143,6 +157,20 @@ func bulkLoad(c *cli.Context) error {
 		defer f.Close()
 		setup.DeadLetterCopy = f
 	}
+	if c.Bool("dry-run") {
+		setup.DryRun = true
+		proc, err := worker.Start(ctx, setup)
+		if err != nil {
+			return dryRunError(startError(err))
+		}
+		defer proc.Close()
+		n, err := countRows(rows)
+		if err != nil {
+			return dryRunError(err)
+		}
+		printPlan(c.App.Writer, proc, []settings{s})
+		return dryRunError(printLoadPlan(c, proc, in, n, loadID))
+	}
 	proc, err := worker.Start(ctx, setup)
 	if err != nil {
 		return startError(err)
@@ -159,14 +187,13 @@ func bulkLoad(c *cli.Context) error {
 	defer producer.Close()
 	pool := proc.Jobs[0].Config.Pool
 	cfg := bulkload.Config{
-		Topic: s.worker.Topic, Group: s.worker.Group, Capacity: pool.Capacity, Unit: pool.Unit,
+		Topic: s.worker.Topic, Group: s.worker.Group, Capacity: pool.Capacity, Unit: pool.Unit, Pool: pool.Name,
 		IDField: s.worker.IDField, LoadID: loadID, MaxDeadLetters: limit, SinkTimeout: c.Duration("sink-timeout"), Logger: s.log,
+		DuplicatesUnknown: duplicatesUnknown(s), Screen: screen,
 	}
-	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		cfg.Bar = f
-	}
-	ports := bulkload.Ports{File: rows, Producer: producer, DeadLetters: proc.DeadLetters, Offsets: admin, Counters: counters, Start: start}
-	ports.Sink, _ = proc.Sink(0).(ingest.StatsSink)
+	ports := bulkload.Ports{File: rows, Producer: producer, DeadLetters: proc.DeadLetters, Offsets: admin, Counters: counters, Start: start,
+		SinkError: func() string { return proc.SinkError(0) }}
+	ports.Sink = sinkStats(proc.Sink(0), proc.Jobs[0].SinkURL)
 	if loadID != "" {
 		ports.Progress = bulkload.RedisProgress{Client: proc.Redis[0]}
 	}
@@ -185,9 +212,46 @@ func bulkLoad(c *cli.Context) error {
 	return reportLoad(c, summary, err, s.worker.Topic, deadLetterPath)
 }
 
-// reportLoad prints the summary (and writes it to --summary-json) and
-// returns the load's outcome as the command's exit.
+// deadLetterDir is where --embedded keeps its dead letters without
+// --summary-json: a folder of the working directory that .gitignore's
+// ".sluice/" pattern (README) covers.
+const deadLetterDir = ".sluice"
+
+// defaultDeadLetterFile is --embedded's --dead-letter-file:
+// <topic>.dlq.ndjson next to the summary, else under deadLetterDir.
+func defaultDeadLetterFile(summary, topic string) string {
+	dir := deadLetterDir
+	if summary != "" {
+		dir = filepath.Dir(summary)
+	}
+	return filepath.Join(dir, topic+".dlq.ndjson")
+}
+
+// reportLoad prints the summary (and writes it to --summary-json) with the
+// load's outcome and exit code, and returns the outcome as the command's
+// exit.
 func reportLoad(c *cli.Context, summary bulkload.Summary, err error, topic, deadLetterPath string) error {
+	exit := loadExit(c, summary, err, topic, deadLetterPath)
+	code, msg := exitOK, ""
+	if exit != nil {
+		code, msg = exitFailure, exit.Error()
+		var ec cli.ExitCoder
+		if errors.As(exit, &ec) {
+			code = ec.ExitCode()
+		}
+	}
+	if summary.Outcome == "" {
+		summary.Outcome = map[int]string{exitOK: bulkload.OutcomeFinished, exitDeadLetters: bulkload.OutcomeStopped,
+			exitInterrupted: bulkload.OutcomeInterrupted}[code]
+		if summary.Outcome == "" {
+			summary.Outcome = bulkload.OutcomeFailed
+		}
+		if code == exitDeadLetters && !errors.Is(err, bulkload.ErrTooManyDeadLetters) {
+			summary.Outcome = bulkload.OutcomeFinished // every record done, some dead-lettered
+		}
+		summary.Message = msg
+	}
+	summary.ExitCode = code
 	summary.WriteText(c.App.Writer)
 	if path := c.String("summary-json"); path != "" {
 		data, jerr := json.MarshalIndent(summary, "", "  ")
@@ -198,9 +262,17 @@ func reportLoad(c *cli.Context, summary bulkload.Summary, err error, topic, dead
 			return fmt.Errorf("--summary-json: %w", jerr)
 		}
 	}
+	return exit
+}
+
+// loadExit maps a load's end to the command's exit: 3 for dead letters,
+// 130 when a signal interrupted it, 1 for other failures.
+func loadExit(c *cli.Context, summary bulkload.Summary, err error, topic, deadLetterPath string) error {
 	switch {
 	case errors.Is(err, bulkload.ErrTooManyDeadLetters):
-		return cli.Exit(err.Error(), exitDeadLetters)
+		return cli.Exit(strings.TrimPrefix(err.Error(), "bulkload: "), exitDeadLetters)
+	case err != nil && c.Context.Err() != nil && errors.Is(err, context.Canceled):
+		return cli.Exit(fmt.Sprintf("interrupted (%v) before the load finished; rerun the same command to resume", context.Cause(c.Context)), exitInterrupted)
 	case err != nil:
 		return err
 	case summary.RecordsDeadLettered > 0:
@@ -211,6 +283,27 @@ func reportLoad(c *cli.Context, summary bulkload.Summary, err error, topic, dead
 		return cli.Exit(fmt.Sprintf("%d records were dead-lettered to %s", summary.RecordsDeadLettered, where), exitDeadLetters)
 	}
 	return nil
+}
+
+// duplicatesUnknown reports whether the sink cannot tell a record it had
+// already: a REST API with no --sink-duplicate-on statuses.
+func duplicatesUnknown(s settings) bool {
+	return strings.HasPrefix(s.sinkURL, "rest+") && s.sinkOpts.REST.Status.DuplicateOn.Empty()
+}
+
+// sinkStats is the sink's statistics for the summary: the emulator's
+// (http:// and https://) with its 200 ms series, so that a load at a
+// shared emulator reports its own peaks; another sink's when it keeps
+// any; nil otherwise.
+func sinkStats(opened ingest.Sink, sinkURL string) ingest.StatsSink {
+	st, ok := opened.(ingest.StatsSink)
+	if !ok {
+		return nil
+	}
+	if strings.HasPrefix(sinkURL, "http://") || strings.HasPrefix(sinkURL, "https://") {
+		return bulkload.EmulatorStats{StatsSink: st, URL: sinkURL}
+	}
+	return st
 }
 
 // wantedFields are the input fields the settings read, by the flag that

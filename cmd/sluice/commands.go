@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -46,6 +47,7 @@ func workerCommand() *cli.Command {
 		Flags: slices.Concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), logFlags(), []cli.Flag{
 			stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)"),
 			topicPartitionsFlag(),
+			dryRunFlag(),
 			metricsFlag(),
 		}),
 		OnUsageError: onUsageError,
@@ -61,6 +63,11 @@ func runWorker(c *cli.Context) error {
 	if err != nil {
 		return usageError(err)
 	}
+	for _, s := range all {
+		if err := cmp.Or(requireTopic(s), requireSink(s)); err != nil {
+			return usageError(err)
+		}
+	}
 	reg, col, err := newMetrics(c)
 	if err != nil {
 		return err
@@ -73,6 +80,15 @@ func runWorker(c *cli.Context) error {
 		} else {
 			jobs[i].Config.WorkerID = id
 		}
+	}
+	if c.Bool("dry-run") {
+		proc, err := worker.Start(c.Context, worker.Setup{Redis: all[0].redis, Jobs: jobs, DryRun: true, Logger: all[0].log})
+		if err != nil {
+			return dryRunError(startError(err))
+		}
+		defer proc.Close()
+		printPlan(c.App.Writer, proc, all)
+		return nil
 	}
 	proc, err := worker.Start(c.Context, worker.Setup{Redis: all[0].redis, Jobs: jobs, Metrics: col, Logger: all[0].log})
 	if err != nil {
@@ -162,9 +178,9 @@ func poolCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "pool",
 		Usage: "inspect and change capacity pools",
-		Subcommands: []*cli.Command{poolSetCommand(), {
+		Subcommands: []*cli.Command{poolSetCommand(), poolListCommand(), {
 			Name:         "status",
-			Usage:        "show a pool's definition, its members' demand, and who holds which partition",
+			Usage:        "show a pool's definition and one line per worker: its partitions, demand and backlog",
 			Flags:        slices.Concat(redisFlags(), []cli.Flag{stringFlag("pool", "default", "pool `name`"), boolFlag("json", "print JSON")}, logFlags()),
 			OnUsageError: onUsageError,
 			Action: func(c *cli.Context) error {
@@ -185,7 +201,7 @@ func poolCommand() *cli.Command {
 				defer cancel()
 				st, err := lease.Status(ctx, clients[0], "", c.String("pool"))
 				if err != nil {
-					return err
+					return poolError(err) // an unknown pool is exit 2
 				}
 				if c.Bool("json") {
 					return printJSON(c, st)

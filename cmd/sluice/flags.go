@@ -82,7 +82,7 @@ func inCategory(cat string, flags ...cli.Flag) []cli.Flag {
 // sink: Kafka, Redis and the sink.
 func connectionFlags() []cli.Flag {
 	return slices.Concat(kafkaFlags(), redisFlags(), inCategory(catConnect,
-		stringFlag("sink", "http://127.0.0.1:8088", "the throttled sink, as a `URL`: "+sink.URLForms+"; see --sink-method and --sink-body for REST APIs"),
+		stringFlag("sink", "", "the throttled sink, as a `URL` whose scheme selects it: "+sink.URLForms+"; see --sink-method and --sink-body for REST APIs (required; bulk-load --embedded: an in-process emulator)"),
 	))
 }
 
@@ -112,7 +112,7 @@ func poolFlags() []cli.Flag {
 
 func pipelineFlags() []cli.Flag {
 	return inCategory(catPipeline,
-		stringFlag("topic", "records", "Kafka `topic` of the record type (dead letters go to <topic>.dlq)"),
+		stringFlag("topic", "", "Kafka `topic` of the record type, dead letters going to <topic>.dlq (worker: required, or a --type that names it; bulk-load: default records)"),
 		stringFlag("group", "", "Kafka consumer group (default sluice-<topic>)"),
 		stringFlag("id-field", "", "JSON field or CSV column holding the record ID (idempotency key); default: a content hash"),
 		stringFlag("sink-key", "", "sink key `TEMPLATE` of record fields, e.g. {net}/{time}/{id}: the key the sink stores a record under (default: its ID)"),

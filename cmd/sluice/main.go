@@ -24,6 +24,9 @@ const (
 	exitUsage       = 2 // a bad flag, argument, file or pool definition
 	exitDeadLetters = 3 // bulk-load finished, but some records were dead-lettered
 	exitBelowTarget = 4 // stress: the partition's ceiling is below --target
+	// exitInterrupted: a bulk load stopped by Ctrl-C or SIGTERM before it
+	// finished (128 + SIGINT, as shells report it); a rerun resumes.
+	exitInterrupted = 130
 )
 
 func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
@@ -56,16 +59,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:  "sluice",
 		Usage: "drain Kafka into a throttled service at exactly its provisioned rate",
 		Description: "sluice workers share a throttled service's capacity through expiring leases on\n" +
 			"capacity partitions kept in Redis, release work in 200 ms slices, commit Kafka\n" +
 			"offsets only once the sink acknowledged them, and dead-letter what can never be\n" +
-			"written. Every flag can also be set by the environment variable shown beside it.\n\n" +
+			"written. Every flag can also be set by the environment variable shown beside it,\n" +
+			"or by a key of the YAML file --config names (flags and variables win over the file).\n\n" +
 			"Exit codes: 0 done, 1 runtime failure, 2 bad usage or configuration,\n" +
 			"3 bulk-load finished with dead-lettered records, 4 stress found a ceiling below\n" +
-			"its --target.",
+			"its --target, 130 a bulk load interrupted by Ctrl-C or SIGTERM (a rerun resumes).",
 		Version:              versionString(),
 		Writer:               stdout,
 		ErrWriter:            stderr,
@@ -86,6 +90,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors and picks the exit code
 	}
+	withConfigFiles(app.Commands)
+	return app
 }
 
 // App.Metadata keys: metaExit is an exit code decided outside an error (an

@@ -144,7 +144,7 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		// Unknown commands are usage errors too, with the closest there is.
 		{[]string{"wroker"}, `unknown command "wroker". Did you mean "worker"?`},
 		{[]string{"worker", "--brokerz", "x"}, `flag provided but not defined: -brokerz. Did you mean "--brokers"?`},
-		{[]string{"pool", "list"}, `unknown command "list"`},
+		{[]string{"pool", "lsit"}, `unknown command "lsit". Did you mean "list"?`},
 		{[]string{"help"}, `use "sluice --help"`},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)

@@ -126,6 +126,10 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
+	topic := c.String("topic")
+	if topic == "" && cc.Command != nil && cc.Command.Name == "bulk-load" {
+		topic = defaultLoadTopic
+	}
 	s := settings{
 		log:     log,
 		redis:   redisCfg,
@@ -133,7 +137,7 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 		worker: worker.Config{
 			Brokers:          brokers,
 			Kafka:            kafka,
-			Topic:            c.String("topic"),
+			Topic:            topic,
 			Group:            c.String("group"),
 			Pool:             lease.Pool{Name: c.String("pool"), Capacity: c.Float64("capacity"), Unit: unit, Partitions: c.Int("partitions"), TTL: c.Duration("lease-ttl"), Ramp: ramp},
 			Reserved:         c.Int("reserved-partitions"),
@@ -169,20 +173,49 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	} else if cc.IsSet("sink-key-strategy") {
 		return s, errors.New("--sink-key-strategy: needs --sink-key TEMPLATE")
 	}
-	if err := s.worker.Validate(); err != nil {
+	check := s.worker
+	check.Topic = cmp.Or(check.Topic, "-") // required by the command (requireTopic), named there
+	if err := check.Validate(); err != nil {
 		if ce := (*worker.ConfigError)(nil); errors.As(err, &ce) && flagOf[ce.Field] != "" {
 			return s, fmt.Errorf("%s: %w", flagOf[ce.Field], ce.Err)
 		}
 		return s, err
 	}
-	if err := sink.CheckURL(s.sinkURL); err != nil {
-		return s, fmt.Errorf("--sink: %w", err)
+	if s.sinkURL != "" {
+		if err := sink.CheckURL(s.sinkURL); err != nil {
+			return s, fmt.Errorf("--sink: %w; %s", err, sinkURLForms)
+		}
 	}
 	if s.sinkOpts, err = sinkOptions(cc, log, s.worker.RequestTimeout); err != nil {
 		return s, err
 	}
 	s.sinkOpts.Unit = unit
 	return s, nil
+}
+
+// defaultLoadTopic is bulk-load's topic without --topic.
+const defaultLoadTopic = "records"
+
+// sinkURLForms says what a --sink URL looks like, for its errors.
+const sinkURLForms = "a sink URL looks like http://host:8088 (the sink emulator), rest+https://api.example.com/items/{$id} (a REST API), " +
+	"postgres://user@host:5432/db?table=T, azuretables://account.table.core.windows.net?table=T, dynamodb://table?region=R or s3://bucket/prefix"
+
+// requireSink says a command needs --sink: the throttled service has no
+// default, so that nothing is written to an emulator by mistake.
+func requireSink(s settings) error {
+	if s.sinkURL == "" {
+		return fmt.Errorf("--sink: required: the throttled service to write to (%s)", sinkURLForms)
+	}
+	return nil
+}
+
+// requireTopic says the worker command needs --topic (or a --type that
+// names one) instead of draining a default topic it would create.
+func requireTopic(s settings) error {
+	if s.worker.Topic == "" {
+		return errors.New("--topic: required: the Kafka topic to drain (or --type NAME with --types FILE, whose record type names it)")
+	}
+	return nil
 }
 
 // readRamp reads --ramp and the --ramp-* flags; a preset's fields are
@@ -223,7 +256,11 @@ func startError(err error) error {
 	switch {
 	case errors.Is(err, lease.ErrInvalidConfig):
 		return usageError(fmt.Errorf("--redis-*: %w", err))
-	case errors.Is(err, worker.ErrConfig), errors.Is(err, lease.ErrPoolMismatch), errors.Is(err, lease.ErrInvalidPool):
+	case errors.Is(err, lease.ErrPoolMismatch):
+		return usageError(fmt.Errorf("%w.\nWorkers and loads of one throttled service share its pool, and its definition. If this command writes to "+
+			"another service, give it a pool of its own with --pool NAME; if the service's capacity changed, change the pool's with "+
+			"`sluice pool set --pool NAME --capacity N` (its workers follow) and start this command with the new values", err))
+	case errors.Is(err, worker.ErrConfig), errors.Is(err, lease.ErrInvalidPool):
 		return usageError(err)
 	}
 	return err

@@ -30,6 +30,7 @@ func sinkFlags() []cli.Flag {
 		boolFlag("sink-array", "rest+http(s):// sink: send a write's records as one JSON array (up to --batch-size) instead of one request per record; the API's answer is every record's"),
 		stringFlag("sink-retry-on", sink.DefaultRetryOn, "rest+http(s):// sink: statuses whose record is written again after a backoff: N, Nxx or N-M, comma-separated, each optionally :TEXT to match only answers whose body contains TEXT (429, 503 with Retry-After and an exhausted rate limit are throttling whatever the lists say)"),
 		stringFlag("sink-dead-letter-on", sink.DefaultDeadLetterOn, "rest+http(s):// sink: statuses that refuse the request's record for good (dead-lettered); a write whose every request is refused the same way with nothing stored pauses the sink instead (see README). 401, 403, 404, 405, 407, 501, 505 and statuses no list names pause the sink unless a list names them exactly"),
+		boolFlag("sink-idempotency-key", "rest+http(s):// sink: the API honours the Idempotency-Key header every request carries (it stores a repeated request once); without it, and without {$id} in the URL or a --sink-body that carries it, the API cannot tell a record it has and start-up warns"),
 		stringFlag("sink-duplicate-on", sink.DefaultDuplicateOn, "rest+http(s):// sink: statuses meaning the record was stored before, counted as duplicates, not delivered (e.g. 409, or 500:duplicate id for json-server)"),
 	)
 }
@@ -66,7 +67,7 @@ func sinkOptions(c *cli.Context, log *slog.Logger, timeout time.Duration) (sink.
 // restOptions reads the rest+http(s):// sink's flags; requests in parallel
 // within a write follow --concurrency.
 func restOptions(c *cli.Context) (sink.RESTOptions, error) {
-	o := sink.RESTOptions{Method: c.String("sink-method"), Array: c.Bool("sink-array"), Parallel: c.Int("concurrency")}
+	o := sink.RESTOptions{Method: c.String("sink-method"), Array: c.Bool("sink-array"), Parallel: c.Int("concurrency"), IdempotencyKey: c.Bool("sink-idempotency-key")}
 	switch strings.ToUpper(o.Method) {
 	case "POST", "PUT", "PATCH":
 	default:
