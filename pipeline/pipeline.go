@@ -221,6 +221,10 @@ func (p *Pipeline) Counters() *ingest.Counters { return p.c }
 // failure of a whole request, and since when.
 func (p *Pipeline) SinkPaused() (paused bool, since time.Time) { return p.breaker.paused() }
 
+// SinkError returns the latest failure of a whole write (or of the sink's
+// warm-up), "" before any: why a paused sink is paused.
+func (p *Pipeline) SinkError() string { return p.breaker.lastErr() }
+
 // SinkPausedTotal returns how long the sink has been paused in all, the
 // current pause included.
 func (p *Pipeline) SinkPausedTotal() time.Duration { return p.breaker.pausedTotal(time.Now()) }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -96,7 +95,6 @@ type Process struct {
 	log     *slog.Logger
 	letters *queue.DeadLetterWriter
 	sinks   map[string]sink.Opened
-	watched map[string]*watchedSink // the sinks as the workers see them
 }
 
 // Plan is what a dry run found for a job.
@@ -123,7 +121,7 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 	if len(s.Jobs) == 0 {
 		return nil, &ConfigError{Field: "Jobs", Err: errors.New("at least one job is required")}
 	}
-	p := &Process{log: cmp.Or(s.Logger, slog.Default()), sinks: map[string]sink.Opened{}, watched: map[string]*watchedSink{}}
+	p := &Process{log: cmp.Or(s.Logger, slog.Default()), sinks: map[string]sink.Opened{}}
 	defer func() {
 		if err != nil {
 			_ = p.Close()
@@ -165,7 +163,7 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 	for i := range p.Jobs {
 		job := &p.Jobs[i]
 		cfg := &job.Config
-		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Metrics = p.Redis, p.watch(job.SinkURL), p.DeadLetters, s.Metrics
+		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Metrics = p.Redis, p.sinks[job.SinkURL], p.DeadLetters, s.Metrics
 		cfg.Logger = cmp.Or(cfg.Logger, p.log)
 		var built []*Worker
 		for n := range job.Workers {
@@ -260,61 +258,17 @@ func (p *Process) openSink(ctx context.Context, job Job, preflight bool) error {
 // Sink returns the opened sink of job i.
 func (p *Process) Sink(i int) ingest.Sink { return p.sinks[p.Jobs[i].SinkURL] }
 
-// SinkError returns the latest error of a whole write to job i's sink
-// (a transport error, a throttle, a 5xx), "" before any: why a paused
-// sink is paused.
+// SinkError returns the latest failure of a whole write to job i's sink
+// among its workers (a transport error, a throttle, a 5xx), "" before any:
+// why a paused sink is paused.
 func (p *Process) SinkError(i int) string {
-	if w := p.watched[p.Jobs[i].SinkURL]; w != nil {
-		return w.last()
+	for _, w := range p.Workers[i] {
+		if paused, _ := w.SinkPaused(); paused {
+			return w.pipeline.SinkError()
+		}
 	}
 	return ""
 }
-
-// watch returns the sink of url as the workers use it: the opened one,
-// noting the latest error of a whole write.
-func (p *Process) watch(url string) ingest.Sink {
-	w := p.watched[url]
-	if w == nil {
-		w = &watchedSink{Sink: p.sinks[url]}
-		p.watched[url] = w
-	}
-	if warmer, ok := w.Sink.(ingest.Warmer); ok {
-		return warmedSink{w, warmer}
-	}
-	return w
-}
-
-// watchedSink notes the latest error of a whole write to its sink.
-type watchedSink struct {
-	ingest.Sink
-	mu  sync.Mutex
-	err string
-}
-
-func (w *watchedSink) Write(ctx context.Context, batch []ingest.Record) ([]ingest.Result, error) {
-	res, err := w.Sink.Write(ctx, batch)
-	if err != nil && ctx.Err() == nil {
-		w.mu.Lock()
-		w.err = err.Error()
-		w.mu.Unlock()
-	}
-	return res, err
-}
-
-func (w *watchedSink) last() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
-}
-
-// warmedSink is a watchedSink whose sink opens its connections ahead
-// (the pipeline warms it before the first slice).
-type warmedSink struct {
-	*watchedSink
-	warmer ingest.Warmer
-}
-
-func (w warmedSink) Warm(ctx context.Context, conns int) error { return w.warmer.Warm(ctx, conns) }
 
 // All returns every worker of every job.
 func (p *Process) All() []*Worker {
