@@ -64,6 +64,8 @@ func TestPostgresConformance(t *testing.T) {
 			require.NoError(t, err)
 			return s, []ingest.Record{{ID: "locked", Value: []byte(`{"mag":2}`), Cost: 1}}
 		},
+		NoThrottling: "PostgreSQL has no throttling answer: a server at its limits makes statements wait (locks, " +
+			"statement_timeout: the retryable case) or refuses connections (53300), never a rate-limit verdict about a row",
 		// The table is gone (dropped under the sink): 42P01 for every batch.
 		Down: func(t *testing.T) ingest.Sink {
 			s, table := openPostgres(t, time.Second)
