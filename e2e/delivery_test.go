@@ -293,9 +293,11 @@ func TestDuplicateIDsAreReported(t *testing.T) {
 	require.Equal(t, s.RecordsTotal, s.RecordsDelivered+s.DuplicatesAtSink+s.RecordsDeadLettered)
 }
 
-// kill -9 of a bulk load at about half, then the same command again: the
-// rerun produces only what was not produced, every record is stored once,
-// and at most 1.1 × the file's records are sent to the sink in all.
+// kill -9 of a bulk load at about half stored, long after the whole file
+// was produced, then the same command again: the rerun produces nothing
+// again, every record is stored once, and at most 1.1 × the file's
+// records are sent to the sink in all. (A kill while the load is still
+// producing: TestBulkLoadResumesAfterKillDuringProduction.)
 func TestBulkLoadResumesAfterKill(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2000, 20, 5*time.Second)

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -243,4 +244,172 @@ func TestRESTSinkPlainAPIs(t *testing.T) {
 			t.Logf("%s: %d refused, %d stored", fmt.Sprint(tc.name), refused, len(stored))
 		})
 	}
+}
+
+// keyedAPI is a REST API that applies each Idempotency-Key once: a
+// request with a key it has applied is answered as the first was (201),
+// without applying it again. It never looks at the record's ID, so a
+// retry that came with another key would store the record twice. drop
+// says, by how many requests of that key it has seen before, whether to
+// drop the connection without an answer after applying (or replaying) a
+// request — a server that stored a write and died before answering.
+type keyedAPI struct {
+	srv  *httptest.Server
+	drop func(id string, seen int) bool
+
+	mu       sync.Mutex
+	applied  map[string]string   // key → the record ID its first request carried
+	stored   map[string]int      // record ID → times applied
+	keys     map[string][]string // record ID → the key of each request, in order
+	requests int
+	dropped  int
+	noKey    int
+}
+
+func newKeyedAPI(t *testing.T, drop func(id string, seen int) bool) *keyedAPI {
+	t.Helper()
+	a := &keyedAPI{drop: drop, applied: map[string]string{}, stored: map[string]int{}, keys: map[string][]string{}}
+	a.srv = httptest.NewServer(a)
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *keyedAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var rec struct {
+		ID string `json:"id"`
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil || json.Unmarshal(body, &rec) != nil || rec.ID == "" {
+		http.Error(w, `{"error":"a JSON object with an id"}`, http.StatusBadRequest)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	a.mu.Lock()
+	a.requests++
+	if key == "" {
+		a.noKey++
+		a.mu.Unlock()
+		http.Error(w, `{"error":"Idempotency-Key required"}`, http.StatusBadRequest)
+		return
+	}
+	seen := len(a.keys[rec.ID])
+	a.keys[rec.ID] = append(a.keys[rec.ID], key)
+	if _, done := a.applied[key]; !done {
+		a.applied[key] = rec.ID
+		a.stored[rec.ID]++
+	}
+	drop := a.drop(rec.ID, seen)
+	if drop {
+		a.dropped++
+	}
+	a.mu.Unlock()
+	if drop {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(body)
+}
+
+// metric reads the value of the first sample of /metrics at addr whose
+// line starts with name and holds every one of labels.
+func metric(t *testing.T, addr, name string, labels ...string) (float64, bool) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		all := true
+		for _, l := range labels {
+			all = all && strings.Contains(line, l)
+		}
+		if !all {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		require.NoError(t, err, line)
+		return v, true
+	}
+	return 0, false
+}
+
+// The Idempotency-Key through the whole pipeline: a `sluice worker`
+// process drains 300 USGS records through the REST sink into an API that
+// dedupes by that key alone and, after applying a request, drops the
+// connection without an answer for every fourth record's first request
+// (and for every tenth record's first two), so the worker retries them.
+// Every request of a record carries the same key as its first, the API
+// applies each key once, and every record is stored once and counted
+// delivered once; the API sees no more requests than the pacer charged
+// for (no layer below it sent one again on its own).
+func TestIdempotencyKeyThroughThePipeline(t *testing.T) {
+	t.Parallel()
+	const records = 300
+	var mu sync.Mutex
+	order := map[string]int{} // record ID → its rank among the IDs the API saw
+	api := newKeyedAPI(t, func(id string, seen int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n, ok := order[id]
+		if !ok {
+			n = len(order)
+			order[id] = n
+		}
+		return (n%10 == 0 && seen < 2) || (n%4 == 1 && seen == 0)
+	})
+	e := newEnv(t, 1000, 10, 5*time.Second)
+	e.produce(records)
+	metricsAddr := freeAddr(t)
+	args := append([]string{"worker", "--worker-id", "w1"}, e.common()...)
+	for i, a := range args {
+		if a == "--sink" {
+			args[i+1] = "rest+" + api.srv.URL + "/v1/quakes"
+		}
+	}
+	e.start("w1", append(args, "--metrics-addr", metricsAddr)...)
+	require.Eventually(t, func() bool {
+		v, _ := metric(t, metricsAddr, "sluice_records_total", `outcome="delivered"`)
+		return v >= records
+	}, 2*time.Minute, 100*time.Millisecond, "the worker did not deliver every record")
+
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	t.Logf("the API read %d requests for %d records and dropped %d connections after applying; %d keys applied",
+		api.requests, records, api.dropped, len(api.applied))
+	require.Zero(t, api.noKey, "every request carries an Idempotency-Key")
+	require.Len(t, api.keys, records)
+	retried := 0
+	for id, keys := range api.keys {
+		for _, k := range keys[1:] {
+			require.Equal(t, keys[0], k, "record %s: a retry carries its first attempt's key", id)
+		}
+		if len(keys) > 1 {
+			retried++
+		}
+		require.Equal(t, 1, api.stored[id], "record %s stored once", id)
+	}
+	require.Len(t, api.applied, records, "one key a record, each applied once")
+	require.GreaterOrEqual(t, api.dropped, records/4+records/10, "the API dropped connections")
+	require.GreaterOrEqual(t, retried, records/4, "the dropped records were sent again")
+	delivered, _ := metric(t, metricsAddr, "sluice_records_total", `outcome="delivered"`)
+	duplicates, _ := metric(t, metricsAddr, "sluice_records_total", `outcome="duplicate"`)
+	dead, _ := metric(t, metricsAddr, "sluice_records_total", `outcome="dead_lettered"`)
+	require.EqualValues(t, records, delivered, "each record counted delivered once")
+	require.Zero(t, duplicates)
+	require.Zero(t, dead)
+	sent, ok := metric(t, metricsAddr, "sluice_slice_used_units_total")
+	require.True(t, ok)
+	t.Logf("the pacer charged %.0f record sends", sent)
+	require.LessOrEqual(t, float64(api.requests), sent, "requests the API read beyond what the pacer charged for")
 }

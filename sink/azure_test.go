@@ -1,9 +1,13 @@
 package sink
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -38,26 +42,75 @@ func openAzure(t testing.TB) *AzureTablesSink {
 	return s
 }
 
+// azureAnswer is the Table service's JSON error answer with code and
+// status, as the service sends it.
+func azureAnswer(status int, code, message string) serverAnswer {
+	return serverAnswer{status: status,
+		header: http.Header{"Content-Type": {"application/json;odata=minimalmetadata;streaming=true;charset=utf-8"}, "X-Ms-Error-Code": {code}},
+		body:   `{"odata.error":{"code":"` + code + `","message":{"lang":"en-US","value":"` + message + `\nRequestId:8ab5c6a4-0002-0000-0000-000000000000"}}}`}
+}
+
+// azureThrough is a sink on a fresh table of Azurite through a proxy that
+// answers the entity-group transactions of partition marker with answer,
+// as the Table service answers under load, and forwards the other
+// requests to Azurite. At the test's end it checks that the table holds
+// the records of azureMixed's other partition, and none of marker's.
+func azureThrough(t *testing.T, marker string, answer serverAnswer) *AzureTablesSink {
+	t.Helper()
+	service := "http://" + strings.TrimPrefix(azuriteURL(t), "azuretables://")
+	u, err := url.Parse(service)
+	require.NoError(t, err)
+	p := newAnswerProxy(t, u.Scheme+"://"+u.Host, func(r *http.Request, body []byte) (serverAnswer, bool) {
+		return answer, strings.HasSuffix(r.URL.Path, "/$batch") && bytes.Contains(body, []byte(`"PartitionKey":"`+marker+`"`))
+	})
+	s, err := NewAzureTables(t.Context(), AzureTablesConfig{ServiceURL: p.url + u.Path, Account: "devstoreaccount1", Key: azuriteKey, Table: strings.ReplaceAll(freshTable("t"), "_", "")})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		defer s.Close()
+		require.Positive(t, p.answered.Load(), "the proxy answered no request itself")
+		var stored []string
+		pager := s.client.NewListEntitiesPager(nil)
+		for pager.More() {
+			page, err := pager.NextPage(context.Background())
+			require.NoError(t, err)
+			for _, e := range page.Entities {
+				var ent struct{ ID string }
+				require.NoError(t, json.Unmarshal(e, &ent))
+				stored = append(stored, ent.ID)
+			}
+		}
+		require.ElementsMatch(t, []string{"cold-0", "cold-1", "cold-2"}, stored, "the transaction forwarded is stored, the answered one is not")
+	})
+	return s
+}
+
+// azureMixed is 3 records in partition "cold" and 2 in partition marker:
+// two entity-group transactions.
+func azureMixed(marker string) []ingest.Record {
+	rec := func(id, pk string) ingest.Record {
+		return ingest.Record{ID: id, PartitionKey: pk, Value: []byte(`{"mag":1}`), Cost: 1}
+	}
+	return []ingest.Record{rec("cold-0", "cold"), rec(marker+"-0", marker), rec("cold-1", "cold"), rec(marker+"-1", marker), rec("cold-2", "cold")}
+}
+
+// Azurite does not throttle nor fail a transaction on demand, so the
+// retryable and throttled cases put a proxy in front of it that answers
+// the transactions of chosen partitions as the Table service does — 500
+// OperationTimedOut; 503 ServerBusy — and forwards the others, which
+// Azurite stores. A stopped server (nothing listens) is a failure of the
+// whole write.
 func TestAzureTablesConformance(t *testing.T) {
 	t.Parallel()
 	sinktest.Suite{
 		Open:   func(t *testing.T) ingest.Sink { return openAzure(t) },
 		Upsert: true,
-		// A stopped server: nothing listens on the port, the transport fails.
 		Retryable: func(t *testing.T, _ ingest.Sink) (ingest.Sink, []ingest.Record) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			addr := ln.Addr().String()
-			require.NoError(t, ln.Close())
-			cred, err := aztables.NewSharedKeyCredential("devstoreaccount1", azuriteKey)
-			require.NoError(t, err)
-			opts := &aztables.ClientOptions{}
-			opts.Retry = policy.RetryOptions{MaxRetries: -1}
-			transport := &http.Transport{}
-			opts.Transport = &http.Client{Transport: transport}
-			svc, err := aztables.NewServiceClientWithSharedKey("http://"+addr+"/devstoreaccount1", cred, opts)
-			require.NoError(t, err)
-			return &AzureTablesSink{client: svc.NewClient("stopped"), transport: transport, timeout: 2 * time.Second}, []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`)}}
+			fail := azureAnswer(http.StatusInternalServerError, "OperationTimedOut", "Operation could not be completed within the specified time.")
+			return azureThrough(t, "fail", fail), azureMixed("fail")
+		},
+		Throttled: func(t *testing.T, _ ingest.Sink) (ingest.Sink, []ingest.Record) {
+			busy := azureAnswer(http.StatusServiceUnavailable, "ServerBusy", "The server is busy.")
+			return azureThrough(t, "hot", busy), azureMixed("hot")
 		},
 		// A wrong account key: every request is refused with 403.
 		Down: func(t *testing.T) ingest.Sink {
@@ -70,6 +123,24 @@ func TestAzureTablesConformance(t *testing.T) {
 			svc, err := aztables.NewServiceClientWithSharedKey("http://"+strings.TrimPrefix(azuriteURL(t), "azuretables://"), cred, opts)
 			require.NoError(t, err)
 			s := &AzureTablesSink{client: svc.NewClient("conformance"), transport: transport, timeout: 2 * time.Second}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+		// Nothing listens on the port: the transport fails.
+		Stopped: func(t *testing.T) ingest.Sink {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			addr := ln.Addr().String()
+			require.NoError(t, ln.Close())
+			cred, err := aztables.NewSharedKeyCredential("devstoreaccount1", azuriteKey)
+			require.NoError(t, err)
+			opts := &aztables.ClientOptions{}
+			opts.Retry = policy.RetryOptions{MaxRetries: -1}
+			transport := &http.Transport{}
+			opts.Transport = &http.Client{Transport: transport}
+			svc, err := aztables.NewServiceClientWithSharedKey("http://"+addr+"/devstoreaccount1", cred, opts)
+			require.NoError(t, err)
+			s := &AzureTablesSink{client: svc.NewClient("stopped"), transport: transport, timeout: 2 * time.Second}
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		},

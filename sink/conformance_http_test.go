@@ -1,6 +1,7 @@
 package sink_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -20,8 +21,20 @@ func TestHTTPConformance(t *testing.T) {
 			require.NoError(t, err)
 			return serve(t, sim.Handler(), 0)
 		},
-		// The emulator's own throttling: its bucket is spent first.
-		Retryable: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
+		// The emulator's injected failures: it answers half the records
+		// (the same ones in every run) 503 and stores the others.
+		Retryable: func(t *testing.T, _ ingest.Sink) (ingest.Sink, []ingest.Record) {
+			sim, err := sinksim.New(sinksim.Config{Capacity: 1_000_000, RequiredFields: []string{"mag"}, ErrorRate: 0.5, Seed: 7})
+			require.NoError(t, err)
+			batch := make([]ingest.Record, 10)
+			for i := range batch {
+				batch[i] = ingest.Record{ID: fmt.Sprintf("r%d", i), Value: []byte(`{"mag":1}`), Cost: 1}
+			}
+			return serve(t, sim.Handler(), 0), batch
+		},
+		// The emulator's own throttling: its bucket is spent first, and
+		// it answers 429 for the record that does not fit.
+		Throttled: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
 			t.Helper()
 			_, err := s.Write(t.Context(), []ingest.Record{{ID: "spend", Value: []byte(`{"mag":1}`), Cost: 1_000_000}})
 			require.NoError(t, err)

@@ -91,6 +91,63 @@ func oversized(id string) ingest.Record {
 	return ingest.Record{ID: id, Value: []byte(`{"mag":1,"pad":"` + strings.Repeat("x", 410<<10) + `"}`), Cost: 1}
 }
 
+// dynamoAnswer is DynamoDB's JSON answer with error type code (its
+// __type) and status, as the service sends it.
+func dynamoAnswer(status int, code, message string) serverAnswer {
+	return serverAnswer{status: status, header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}},
+		body: `{"__type":"com.amazonaws.dynamodb.v20120810#` + code + `","message":"` + message + `"}`}
+}
+
+// dynamoThrough is a sink on DynamoDB Local's table of s, through a proxy
+// that answers the PutItem and BatchWriteItem requests carrying an item
+// whose key starts with marker with answer, as DynamoDB answers under
+// load, and forwards the others to DynamoDB Local. At the test's end it
+// checks that the table holds the 25 unmarked items of dynamoMixed, and
+// no marked one.
+func dynamoThrough(t *testing.T, s *DynamoDBSink, marker string, answer serverAnswer) *DynamoDBSink {
+	t.Helper()
+	p := newAnswerProxy(t, dynamoEndpoint(t), func(r *http.Request, body []byte) (serverAnswer, bool) {
+		return answer, bytes.Contains(body, []byte(`{"S":"`+marker))
+	})
+	t.Cleanup(func() {
+		// Once written: the proxy answered the marked items' requests, and
+		// DynamoDB Local stored the others, and only those.
+		require.Positive(t, p.answered.Load(), "the proxy answered no request itself")
+		out, err := s.client.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(s.table), ConsistentRead: aws.Bool(true)})
+		require.NoError(t, err)
+		for _, item := range out.Items {
+			require.NotContains(t, item[s.hashKey.name].(*types.AttributeValueMemberS).Value, marker, "an answered item is not stored")
+		}
+		require.Len(t, out.Items, DynamoDBBatchItems, "the items forwarded are stored")
+	})
+	client, transport, err := newDynamoClient(t.Context(), DynamoDBConfig{Region: "us-east-1", Endpoint: p.url})
+	require.NoError(t, err)
+	through := &DynamoDBSink{client: client, transport: transport, table: s.table, hashKey: s.hashKey,
+		write: s.write, timeout: s.timeout, condition: s.condition, log: s.log}
+	t.Cleanup(func() { _ = through.Close() })
+	return through
+}
+
+// dynamoMixed is 25 records and then n whose keys start with marker: with
+// BatchWriteItem, the 25 go in one request and the marked ones in another.
+func dynamoMixed(marker string, n int) []ingest.Record {
+	batch := make([]ingest.Record, 0, DynamoDBBatchItems+n)
+	for i := range DynamoDBBatchItems {
+		batch = append(batch, ingest.Record{ID: fmt.Sprintf("cold-%02d", i), Value: []byte(`{"mag":1}`), Cost: 1})
+	}
+	for i := range n {
+		batch = append(batch, ingest.Record{ID: fmt.Sprintf("%s-%d", marker, i), Value: []byte(`{"mag":2}`), Cost: 1})
+	}
+	return batch
+}
+
+// DynamoDB Local never throttles nor fails a request (it ignores the
+// provisioned throughput), so the retryable and throttled cases put a
+// proxy in front of it that answers the requests of chosen items as
+// DynamoDB does — 500 InternalServerError; 400
+// ProvisionedThroughputExceededException — and forwards the others, which
+// DynamoDB Local stores. A stopped server (nothing listens) is a failure
+// of the whole write.
 func TestDynamoDBConformance(t *testing.T) {
 	t.Parallel()
 	for _, write := range []DynamoDBWrite{DynamoDBPut, DynamoDBBatch} {
@@ -100,9 +157,14 @@ func TestDynamoDBConformance(t *testing.T) {
 				Open: func(t *testing.T) ingest.Sink { return openDynamo(t, write, false) },
 				// BatchWriteItem cannot be conditioned: a rewrite is an upsert.
 				Upsert: write == DynamoDBBatch,
-				// A stopped server: nothing listens on the port.
-				Retryable: func(t *testing.T, _ ingest.Sink) (ingest.Sink, []ingest.Record) {
-					return dynamoStopped(t, write), []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`), Cost: 1}}
+				Retryable: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
+					fail := dynamoAnswer(http.StatusInternalServerError, "InternalServerError", "Internal server error")
+					return dynamoThrough(t, s.(*DynamoDBSink), "fail-", fail), dynamoMixed("fail", 2)
+				},
+				Throttled: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
+					hot := dynamoAnswer(http.StatusBadRequest, "ProvisionedThroughputExceededException",
+						"The level of configured provisioned throughput for the table was exceeded. Consider increasing your provisioning level with the UpdateTable API.")
+					return dynamoThrough(t, s.(*DynamoDBSink), "hot-", hot), dynamoMixed("hot", 2)
 				},
 				// The table is deleted under the sink: ResourceNotFoundException.
 				Down: func(t *testing.T) ingest.Sink {
@@ -111,6 +173,7 @@ func TestDynamoDBConformance(t *testing.T) {
 					require.NoError(t, err)
 					return s
 				},
+				Stopped: func(t *testing.T) ingest.Sink { return dynamoStopped(t, write) },
 				// An item over DynamoDB's 400 KB: ValidationException.
 				Bad: oversized,
 			}.Run(t)

@@ -160,9 +160,20 @@ func TestGCSConformance(t *testing.T) {
 	t.Parallel()
 	sinktest.Suite{
 		Open: func(t *testing.T) ingest.Sink { return openGCS(t) },
-		// A stopped server: nothing listens on the port.
-		Retryable: func(t *testing.T, _ ingest.Sink) (ingest.Sink, []ingest.Record) {
-			return gcsStopped(t, GCSPerRecord), []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`), Cost: 1}}
+		// fake-gcs-server does not fail an upload on demand: the proxy in
+		// front of it answers 500 backendError for the uploads of "fail"
+		// objects, as Cloud Storage does when a backend fails, and lets the
+		// others through to the emulator.
+		Retryable: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
+			p := newGCSProxy(t)
+			p.set(func(body []byte) (int, http.Header, string, bool) {
+				if bytes.Contains(body, []byte("quakes/fail")) {
+					return http.StatusInternalServerError, nil, gcsError(500, "backendError", "Backend Error"), true
+				}
+				return 0, nil, "", false
+			})
+			batch := []ingest.Record{{ID: "cold1", Value: []byte(`{"mag":1}`)}, {ID: "fail1", Value: []byte(`{"mag":2}`)}, {ID: "cold2", Value: []byte(`{"mag":3}`)}}
+			return gcsAt(t, p.srv.URL, s.(*GCSSink).name, GCSPerRecord), batch
 		},
 		// fake-gcs-server does not throttle: a proxy in front of it
 		// answers 429 with Retry-After for the uploads of "hot" objects,
@@ -185,6 +196,8 @@ func TestGCSConformance(t *testing.T) {
 			require.NoError(t, s.bucket.Delete(t.Context()))
 			return s
 		},
+		// A stopped server: nothing listens on the port.
+		Stopped: func(t *testing.T) ingest.Sink { return gcsStopped(t, GCSPerRecord) },
 		// An object name over Cloud Storage's 1,024 bytes.
 		Bad: func(id string) ingest.Record {
 			return ingest.Record{ID: id, SinkKey: strings.Repeat("k", 1100), Value: []byte(`{"mag":1}`), Cost: 1}

@@ -68,11 +68,22 @@ func osRequest(t testing.TB, method, path, body string) (int, []byte) {
 // the given mappings (a JSON object, "" for dynamic ones).
 func createIndex(t testing.TB, index string, shards int, mappings string) {
 	t.Helper()
-	body := fmt.Sprintf(`{"settings":{"number_of_shards":%d,"number_of_replicas":0}`, shards)
+	createIndexWith(t, index, "", fmt.Sprintf(`{"number_of_shards":%d,"number_of_replicas":0}`, shards), mappings)
+}
+
+// createIndexWith creates index with the settings object given and the
+// create index request's query parameters (e.g. "wait_for_active_shards=0").
+func createIndexWith(t testing.TB, index, query, settings, mappings string) {
+	t.Helper()
+	body := `{"settings":` + settings
 	if mappings != "" {
 		body += `,` + strings.TrimSuffix(strings.TrimPrefix(mappings, "{"), "}")
 	}
-	status, data := osRequest(t, http.MethodPut, "/"+index, body+"}")
+	path := "/" + index
+	if query != "" {
+		path += "?" + query
+	}
+	status, data := osRequest(t, http.MethodPut, path, body+"}")
 	require.Equal(t, http.StatusOK, status, string(data))
 	t.Cleanup(func() {
 		// Best effort: the node's data goes with scripts/opensearch.sh stop.
@@ -151,9 +162,26 @@ func quake(id string, mag float64) ingest.Record {
 func TestOpenSearchConformance(t *testing.T) {
 	sinktest.Suite{
 		Open: func(t *testing.T) ingest.Sink { return openOS(t) },
-		// A stopped node: nothing listens on the port.
+		// The node's own 503 for the items of a shard that is not
+		// allocated: an index of 2 primary shards that may hold at most 1
+		// shard per node has its second one unassigned on the one-node
+		// cluster; the node stores the items routed to the first and,
+		// once the bulk request's timeout passes (200 ms instead of the
+		// default minute, a parameter the node takes), answers the others
+		// 503 unavailable_shards_exception.
 		Retryable: func(t *testing.T, _ ingest.Sink) (ingest.Sink, []ingest.Record) {
-			return osStopped(t), []ingest.Record{quake("r", 1)}
+			index := freshIndex()
+			createIndexWith(t, index, "wait_for_active_shards=0", // the second shard never starts
+				`{"number_of_shards":2,"number_of_replicas":0,"index.routing.allocation.total_shards_per_node":1}`, strictMapping)
+			status, data := osRequest(t, http.MethodGet, "/_cluster/health/"+index+"?wait_for_active_shards=1&timeout=30s", "")
+			require.Equal(t, http.StatusOK, status, "the first shard started: %s", data)
+			s := openOSIndex(t, index)
+			s.bulk = strings.Replace(s.bulk, "/_bulk?", "/_bulk?timeout=200ms&", 1)
+			batch := make([]ingest.Record, 10)
+			for i := range batch {
+				batch[i] = quake(fmt.Sprintf("r%d", i), 1)
+			}
+			return s, batch
 		},
 		// The node's own throttling: a bulk request over an index of 16
 		// shards is 16 shard requests at once for one write thread and a
@@ -176,6 +204,8 @@ func TestOpenSearchConformance(t *testing.T) {
 			require.Equal(t, http.StatusOK, status, string(data))
 			return s
 		},
+		// A stopped node: nothing listens on the port.
+		Stopped: func(t *testing.T) ingest.Sink { return osStopped(t) },
 	}.Run(t)
 }
 

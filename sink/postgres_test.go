@@ -1,8 +1,12 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/ingest/ingesttest"
+	"github.com/sluicehq/sluice/pacing"
+	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/sink/sinktest"
 )
 
@@ -64,6 +71,8 @@ func TestPostgresConformance(t *testing.T) {
 			require.NoError(t, err)
 			return s, []ingest.Record{{ID: "locked", Value: []byte(`{"mag":2}`), Cost: 1}}
 		},
+		NoThrottling: "PostgreSQL has no throttling answer: a server at its limits makes statements wait (locks, " +
+			"statement_timeout: the retryable case) or refuses connections (53300), never a rate-limit verdict about a row",
 		// The table is gone (dropped under the sink): 42P01 for every batch.
 		Down: func(t *testing.T) ingest.Sink {
 			s, table := openPostgres(t, time.Second)
@@ -223,4 +232,121 @@ func TestPostgresStatementOutlivingTheRequestDeadlineIsCancelled(t *testing.T) {
 	var n int
 	require.NoError(t, s.pool.QueryRow(t.Context(), fmt.Sprintf(`SELECT count(*) FROM %s`, table)).Scan(&n))
 	require.Zero(t, n, "the statement was cancelled on the server, not left running")
+}
+
+// fixedCapacity is a capacity of its value in records/s, held for good
+// (lease.Manager's stands in for it in a worker).
+type fixedCapacity float64
+
+func (c fixedCapacity) Rate(time.Time) float64            { return float64(c) }
+func (c fixedCapacity) Credit(from, to time.Time) float64 { return float64(c) * to.Sub(from).Seconds() }
+func (fixedCapacity) SetDemand(float64)                   {}
+
+// lockedBuffer is a log destination safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The pipeline's request deadline, end to end into PostgreSQL: the worker
+// pipeline (its pacer at 1,000 records/s, its retry policy and breaker)
+// writes 40 records into a table whose inserts, while a switch row is
+// present, hold their rows and sleep 4 s in an AFTER INSERT trigger; the
+// sink's own statement_timeout (10 s) would not stop them. Every write
+// ends at the pipeline's request timeout (1 s) as a failure of the whole
+// write and the sink is paused; by the time a statement that went on
+// running would have committed, nothing is stored. Once the switch is
+// gone the records are stored, each once, every one delivered and none a
+// duplicate (a statement left running would have committed rows that the
+// retry, waiting on them, would have found stored).
+func TestPipelineCancelsAPostgresStatementAtTheRequestDeadline(t *testing.T) {
+	t.Parallel()
+	const n, deadline, slow = 40, time.Second, 4 * time.Second
+	s, table := openPostgres(t, 10*time.Second)
+	_, err := s.pool.Exec(t.Context(), fmt.Sprintf(`
+		CREATE TABLE %[1]s_switch (slow boolean);
+		INSERT INTO %[1]s_switch VALUES (true);
+		CREATE FUNCTION %[1]s_slow() RETURNS trigger AS $$
+		BEGIN IF EXISTS (SELECT 1 FROM %[1]s_switch) THEN PERFORM pg_sleep(%[2]d); END IF; RETURN NULL; END $$ LANGUAGE plpgsql;
+		CREATE TRIGGER slow AFTER INSERT ON %[1]s FOR EACH STATEMENT EXECUTE FUNCTION %[1]s_slow();`, table, int(slow.Seconds())))
+	require.NoError(t, err)
+
+	values := make([][]byte, n)
+	for i := range values {
+		values[i] = fmt.Appendf(nil, `{"id":"q%02d","mag":1.5}`, i)
+	}
+	q := ingesttest.NewQueue("quakes", values...)
+	capacity := fixedCapacity(1000)
+	pacer, err := pacing.New(pacing.Config{}, capacity)
+	require.NoError(t, err)
+	var logs lockedBuffer
+	var mu sync.Mutex
+	var took []time.Duration // of every write attempt
+	tookSoFar := func() []time.Duration { mu.Lock(); defer mu.Unlock(); return slices.Clone(took) }
+	p, err := pipeline.New(pipeline.Config{
+		IDField: "id", RequestTimeout: deadline, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		ObserveWrite: func(_ int, d time.Duration) { mu.Lock(); took = append(took, d); mu.Unlock() },
+	}, pipeline.Ports{Source: q, DeadLetters: ingesttest.Discard{}, Sink: s, Retry: Policy{}, Pacer: pacer, Capacity: capacity})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+
+	// The first writes and a probe after them, all cut at the deadline.
+	require.Eventually(t, func() bool {
+		paused, _ := p.SinkPaused()
+		return paused && p.Counters().Totals().FailedWrites >= 2
+	}, 20*time.Second, 10*time.Millisecond, "the sink was not paused by writes cut at the deadline")
+	// Had the first statements gone on running, they would have committed
+	// by now.
+	select {
+	case <-time.After(time.Until(began.Add(slow + deadline))):
+	case <-t.Context().Done():
+	}
+	var stored int
+	require.NoError(t, s.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&stored))
+	require.Zero(t, stored, "a statement cut at the deadline went on to store its rows; writes took %v", tookSoFar())
+	paused, _ := p.SinkPaused()
+	require.True(t, paused, "the sink stays paused while every write outlives the deadline")
+	_, err = s.pool.Exec(t.Context(), fmt.Sprintf("DELETE FROM %s_switch", table))
+	require.NoError(t, err)
+
+	select {
+	case <-q.Finished():
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the records were not all written once the statements were fast", logs.String())
+	}
+	tot := p.Counters().Totals()
+	require.EqualValues(t, n, tot.Delivered, "every record stored for the first time by its own write: %+v; writes took %v", tot, tookSoFar())
+	require.Zero(t, tot.Duplicates, "no statement cut at the deadline went on to store its rows")
+	require.Zero(t, tot.DeadLettered)
+	require.NoError(t, s.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&stored))
+	require.Equal(t, n, stored)
+	log := logs.String()
+	require.Contains(t, log, "sink paused")
+	require.Contains(t, log, "no answer within the request timeout (1s)")
+	require.Contains(t, log, "sink resumed")
+	cut := 0
+	for _, d := range tookSoFar() {
+		if d >= deadline {
+			cut++
+			require.Less(t, d, deadline+ingest.DefaultSlice, "a write outlived the request deadline: %v", d)
+		}
+	}
+	require.GreaterOrEqual(t, cut, 2, "writes cut at the deadline: %v", tookSoFar())
+	t.Logf("write attempts took %v", tookSoFar())
 }

@@ -1,8 +1,10 @@
 package sink
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"testing"
 
@@ -32,11 +34,18 @@ const jsonServerDuplicate = "500:duplicate id"
 // collection fresh for each test.
 func openJSONServer(t testing.TB, prefix string, duplicates bool) *RESTSink {
 	t.Helper()
+	return openJSONServerAt(t, jsonServerURL(t), prefix, duplicates)
+}
+
+// openJSONServerAt is openJSONServer's sink on base, json-server's URL or
+// a proxy's in front of it.
+func openJSONServerAt(t testing.TB, base, prefix string, duplicates bool) *RESTSink {
+	t.Helper()
 	rules := StatusRules{}
 	if duplicates {
 		rules.DuplicateOn = MustStatusSet(jsonServerDuplicate)
 	}
-	s, err := NewREST(RESTConfig{URL: jsonServerURL(t) + "/items", Body: `{"id":"` + prefix + `-{$id}","mag":"{mag}"}`, Status: rules})
+	s, err := NewREST(RESTConfig{URL: base + "/items", Body: `{"id":"` + prefix + `-{$id}","mag":"{mag}"}`, Status: rules})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
@@ -66,6 +75,29 @@ func TestRESTConformanceJSONServer(t *testing.T) {
 			prefix := prefixes[s]
 			mu.Unlock()
 			return openJSONServer(t, prefix, false), batch
+		},
+		// json-server has no rate limit: a proxy in front of it answers the
+		// POSTs of "hot" records 429 with Retry-After, as a rate-limited
+		// REST API does, and forwards the others, which json-server stores.
+		Throttled: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
+			p := newAnswerProxy(t, jsonServerURL(t), func(r *http.Request, body []byte) (serverAnswer, bool) {
+				return serverAnswer{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"1"}, "Content-Type": {"application/json"}},
+					body: `{"error":"rate limit exceeded"}`}, r.Method == http.MethodPost && bytes.Contains(body, []byte(`-hot`))
+			})
+			mu.Lock()
+			prefix := prefixes[s]
+			mu.Unlock()
+			batch := []ingest.Record{{ID: "cold1", Value: []byte(`{"mag":1}`)}, {ID: "hot1", Value: []byte(`{"mag":2}`)}, {ID: "cold2", Value: []byte(`{"mag":3}`)}}
+			t.Cleanup(func() {
+				require.Positive(t, p.answered.Load(), "the proxy answered no request itself")
+				for id, want := range map[string]int{"cold1": http.StatusOK, "cold2": http.StatusOK, "hot1": http.StatusNotFound} {
+					resp, err := http.Get(jsonServerURL(t) + "/items/" + prefix + "-" + id)
+					require.NoError(t, err)
+					_ = resp.Body.Close()
+					require.Equal(t, want, resp.StatusCode, "%s: the records forwarded are stored, the answered one is not", id)
+				}
+			})
+			return openJSONServerAt(t, p.url, prefix, true), batch
 		},
 		// A collection the server does not have: 404 for every request.
 		Down: func(t *testing.T) ingest.Sink {

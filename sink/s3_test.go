@@ -100,13 +100,66 @@ func getObject(t *testing.T, s *S3Sink, name string) []byte {
 	return data
 }
 
+// s3Answer is S3's XML error answer with code and status, as the service
+// sends it.
+func s3Answer(status int, code, message string) serverAnswer {
+	return serverAnswer{status: status, header: http.Header{"Content-Type": {"application/xml"}},
+		body: `<?xml version="1.0" encoding="UTF-8"?>` + "\n" + `<Error><Code>` + code + `</Code><Message>` + message +
+			`</Message><RequestId>4442587FB7D0A2F9</RequestId><HostId>sluice-test</HostId></Error>`}
+}
+
+// s3Through is a sink on the bucket of s in MinIO, through a proxy that
+// answers the PUTs of objects whose name starts with marker with answer,
+// as S3 answers under load, and forwards the other requests to MinIO. At
+// the test's end it checks that MinIO holds the unmarked objects of
+// s3Mixed, and no marked one.
+func s3Through(t *testing.T, s *S3Sink, marker string, answer serverAnswer) *S3Sink {
+	t.Helper()
+	p := newAnswerProxy(t, s3Endpoint(t), func(r *http.Request, _ []byte) (serverAnswer, bool) {
+		return answer, r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/"+s.prefix+marker)
+	})
+	through := s3Client(t, p.url, S3PerRecord)
+	through.bucket, through.prefix, through.timeout = s.bucket, s.prefix, s.timeout
+	t.Cleanup(func() {
+		require.Positive(t, p.answered.Load(), "the proxy answered no request itself")
+		var names []string
+		out, err := s.client.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(s.bucket)})
+		require.NoError(t, err)
+		for _, o := range out.Contents {
+			names = append(names, aws.ToString(o.Key))
+		}
+		require.ElementsMatch(t, []string{s.prefix + "cold-0.json", s.prefix + "cold-1.json", s.prefix + "cold-2.json"}, names,
+			"the objects forwarded are stored, the answered ones are not")
+	})
+	return through
+}
+
+// s3Mixed is 3 records and 2 whose names start with marker.
+func s3Mixed(marker string) []ingest.Record {
+	return []ingest.Record{
+		{ID: "cold-0", Value: []byte(`{"mag":1}`), Cost: 1}, {ID: marker + "-0", Value: []byte(`{"mag":2}`), Cost: 1},
+		{ID: "cold-1", Value: []byte(`{"mag":1}`), Cost: 1}, {ID: marker + "-1", Value: []byte(`{"mag":2}`), Cost: 1},
+		{ID: "cold-2", Value: []byte(`{"mag":1}`), Cost: 1},
+	}
+}
+
+// MinIO does not throttle nor fail a PUT on demand (its only request limit,
+// api requests_max, is the whole server's, shared by every test), so the
+// retryable and throttled cases put a proxy in front of it that answers
+// the PUTs of chosen objects as S3 does — 500 InternalError; 503 SlowDown
+// — and forwards the others, which MinIO stores. A stopped server (nothing
+// listens) is a failure of the whole write. The per-batch layout, one
+// object per Write, has no per-record answer: see TestS3BatchLayout.
 func TestS3Conformance(t *testing.T) {
 	t.Parallel()
 	sinktest.Suite{
 		Open: func(t *testing.T) ingest.Sink { return openS3(t) },
-		// A stopped server: nothing listens on the port.
-		Retryable: func(t *testing.T, _ ingest.Sink) (ingest.Sink, []ingest.Record) {
-			return s3Stopped(t, S3PerRecord), []ingest.Record{{ID: "r", Value: []byte(`{"mag":1}`), Cost: 1}}
+		Retryable: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
+			fail := s3Answer(http.StatusInternalServerError, "InternalError", "We encountered an internal error. Please try again.")
+			return s3Through(t, s.(*S3Sink), "fail", fail), s3Mixed("fail")
+		},
+		Throttled: func(t *testing.T, s ingest.Sink) (ingest.Sink, []ingest.Record) {
+			return s3Through(t, s.(*S3Sink), "hot", s3Answer(http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")), s3Mixed("hot")
 		},
 		// The bucket is deleted under the sink: 404 NoSuchBucket.
 		Down: func(t *testing.T) ingest.Sink {
@@ -114,6 +167,7 @@ func TestS3Conformance(t *testing.T) {
 			deleteBucket(t, s)
 			return s
 		},
+		Stopped: func(t *testing.T) ingest.Sink { return s3Stopped(t, S3PerRecord) },
 		// An object name over S3's 1,024 bytes: 400 KeyTooLongError.
 		Bad: func(id string) ingest.Record {
 			return ingest.Record{ID: id, SinkKey: strings.Repeat("k", 1100), Value: []byte(`{"mag":1}`), Cost: 1}
