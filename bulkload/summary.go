@@ -74,7 +74,12 @@ type Summary struct {
 	// UnitsSent is the units the pacers charged: every attempt at its
 	// cost, re-sent records and records the sink already had included.
 	UnitsSent int64   `json:"units_sent"`
-	ElapsedS  float64 `json:"elapsed_s"` // first fetch to last acknowledgement (without workers: the whole load), seconds
+	ElapsedS  float64 `json:"elapsed_s"` // first send to last acknowledgement (without workers: the whole load), seconds
+	// HeadS and TailS are a load's edges, outside ElapsedS: from the first
+	// record fetched to the first send (leases, the first slice), and from
+	// the last send to the last acknowledgement (the last answers).
+	HeadS float64 `json:"head_s"`
+	TailS float64 `json:"tail_s"`
 	WallS     float64 `json:"wall_s"`    // the whole load, from its start to the summary, seconds
 	// IdealS is UnitsSent / capacity (without in-process workers,
 	// CostTotal / capacity): the least time the sink needed for what it
@@ -154,6 +159,11 @@ func (l *Load) summary(ctx context.Context, s Summary, p Produced, start map[int
 	s.SinkRequests, s.SinkRecordAttempts, s.SinkThrottled, s.SinkFailedWrites = t.Requests, t.Attempts, t.Throttled, t.FailedWrites
 	s.Unit, s.CapacityUnitsPerS, s.CostTotal, s.UnitsSent = string(l.cfg.Unit), l.cfg.Capacity, t.UnitsDelivered, t.UnitsSent
 	s.ElapsedS = t.Elapsed().Seconds()
+	if !t.FirstSent.IsZero() && t.LastDone.After(t.FirstSent) {
+		s.ElapsedS = t.LastDone.Sub(t.FirstSent).Seconds()
+		s.HeadS = max(t.FirstSent.Sub(t.FirstFetch), 0).Seconds()
+		s.TailS = max(t.LastDone.Sub(t.LastSent), 0).Seconds()
+	}
 	s.SendMaxUnits1s = t.MaxSent1s
 	s.LatencyP99MS, s.LatencyMaxMS = ms(t.LatencyP99), ms(t.LatencyMax)
 	s.GuardMinMS, s.GuardFinalMS = ms(t.GuardMin), ms(t.GuardFinal)
@@ -314,8 +324,9 @@ func (s Summary) WriteText(w io.Writer) {
 	default:
 		fmt.Fprintf(w, "sink         %d requests (%d failed as a whole), %d record attempts, %d throttled\n",
 			s.SinkRequests, s.SinkFailedWrites, s.SinkRecordAttempts, s.SinkThrottled)
-		fmt.Fprintf(w, "time         %.2f s elapsed, %.2f s ideal (%d %s sent at %.0f %s/s, re-sends and records the sink had included): utilization %.3f\n",
+		fmt.Fprintf(w, "time         %.2f s from the first send to the last answer, %.2f s ideal (%d %s sent at %.0f %s/s, re-sends and records the sink had included): utilization %.3f\n",
 			s.ElapsedS, s.IdealS, s.UnitsSent, s.Unit, s.CapacityUnitsPerS, s.Unit, s.Utilization)
+		fmt.Fprintf(w, "edges        %.3f s from the first record fetched to the first send, %.3f s from the last send to the last answer\n", s.HeadS, s.TailS)
 		fmt.Fprintf(w, "sent         at most %d %s in a 1 s window (%.3f of capacity); answers within %.1f ms (p99), %.1f ms (max)\n",
 			s.SendMaxUnits1s, s.Unit, float64(s.SendMaxUnits1s)/s.CapacityUnitsPerS, s.LatencyP99MS, s.LatencyMaxMS)
 		fmt.Fprintf(w, "guard        each send counted until 1 s after its answer; slices planned for %.1f ms at the end (%.1f ms at least)\n",

@@ -102,6 +102,10 @@ type Totals struct {
 	// FirstFetch and LastDone bound the run; zero when nothing happened.
 	FirstFetch time.Time
 	LastDone   time.Time
+	// FirstSent and LastSent are the first and the latest send the pacers
+	// recorded: the work between them is paced, the time before (leases,
+	// the first fetch) and after (the last answers) is a job's edges.
+	FirstSent, LastSent time.Time
 }
 
 // UnitsPerRecord is the average cost of a delivered record, 1 before any.
@@ -154,6 +158,9 @@ func (c *Counters) Totals() Totals {
 		sent.Add(e.at, e.units)
 	}
 	t.MaxSent1s = sent.Max()
+	if !c.epoch.IsZero() {
+		t.FirstSent, t.LastSent = c.epoch, c.epoch.Add(sent.Last())
+	}
 	t.LatencyMax = c.maxLat
 	t.GuardMin, t.GuardMax, t.GuardFinal = c.guardMin, c.guardMax, c.guardLast
 	if n := len(c.latencies); n > 0 {
