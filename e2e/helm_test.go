@@ -147,6 +147,37 @@ kafka: {sasl: {mechanism: SCRAM-SHA-256, username: sluice}}
 `
 
 func TestHelmChart(t *testing.T) {
+	h := newHelmChart(t)
+	t.Run("required values", h.testRequiredValues)
+	t.Run("refuses what cannot work", h.testRefusals)
+	t.Run("minimal install", h.testMinimalInstall)
+	t.Run("everything on", h.testEverythingOn)
+	t.Run("Sentinel, SASL PLAIN and KEDA", h.testSentinel)
+	t.Run("every combination of the connection settings", h.testConnectionCombinations)
+	t.Run("existing secret", h.testExistingSecret)
+	t.Run("every combination of the platform options", h.testPlatformCombinations)
+	t.Run("env, envFrom and extra volumes", h.testExtras)
+	t.Run("KEDA only where the cluster serves it", h.testKEDAOnlyWhereServed)
+	t.Run("the PDB lets unready workers go", h.testPDBEvictionPolicy)
+	t.Run("every sink scheme", h.testSinkSchemes)
+	t.Run("the READMEs' install commands", h.testREADMECommands)
+}
+
+// helmChart is the chart under deploy/helm/sluice, loaded, and what its
+// checks share: a freshly built sluice binary and the repository's example
+// record types.
+type helmChart struct {
+	root   string // the repository
+	dir    string // the chart's directory
+	chrt   *chart.Chart
+	sluice *sluiceCLI
+	// typesYAML and schema are the record types of the repository's
+	// example, as a user would pass them with --set-file.
+	typesYAML, schema []byte
+}
+
+func newHelmChart(t *testing.T) *helmChart {
+	t.Helper()
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
 	chartDir := filepath.Join(root, "deploy", "helm", "sluice")
@@ -155,439 +186,470 @@ func TestHelmChart(t *testing.T) {
 	require.Equal(t, chart.APIVersionV2, chrt.Metadata.APIVersion)
 	sluice := newSluiceCLI(t, root)
 
-	// The record types of the repository's example, as a user would pass
-	// them with --set-file.
 	typesYAML, err := os.ReadFile(filepath.Join(root, "examples", "types.yaml"))
 	require.NoError(t, err)
 	schema, err := os.ReadFile(filepath.Join(root, "examples", "earthquake.schema.json"))
 	require.NoError(t, err)
-	withTypes := func(vals chartutil.Values) chartutil.Values {
-		vals["types"] = map[string]any{
-			"content": string(typesYAML),
-			"files":   map[string]any{"earthquake.schema.json": string(schema)},
-		}
-		return vals
+	return &helmChart{root: root, dir: chartDir, chrt: chrt, sluice: sluice, typesYAML: typesYAML, schema: schema}
+}
+
+// withTypes adds the example's record types to vals.
+func (h *helmChart) withTypes(vals chartutil.Values) chartutil.Values {
+	vals["types"] = map[string]any{
+		"content": string(h.typesYAML),
+		"files":   map[string]any{"earthquake.schema.json": string(h.schema)},
 	}
+	return vals
+}
 
-	t.Run("required values", func(t *testing.T) {
-		_, err := renderChart(t, chrt, values(t))
-		require.ErrorContains(t, err, "kafka.brokers is required", "the chart's defaults alone must not render")
-		for _, key := range []string{"kafka.brokers", "redis.addr", "sink.url", "pool.capacity", "topic.name"} {
-			vals := values(t, helmRequired)
-			parent, leaf, _ := strings.Cut(key, ".")
-			delete(vals[parent].(map[string]any), leaf)
-			_, err := renderChart(t, chrt, vals)
-			require.ErrorContains(t, err, key+" is required", "rendering without %s", key)
-		}
-	})
-
-	t.Run("refuses what cannot work", func(t *testing.T) {
-		for _, c := range []struct{ values, err string }{
-			{"worker: {replicaCount: 7}\ntopic: {partitions: 6}", "7 worker replicas, but topic.partitions is 6"},
-			{"worker: {replicaCount: 4}\npool: {partitions: 3}", "4 worker replicas, but topic.partitions is 6 and pool.partitions 3"},
-			{"keda: {enabled: true, minReplicaCount: 8}", "8 worker replicas"},
-			{"pool: {reservedPartitions: 11}", "pool.reservedPartitions 11 × 2 workers exceeds pool.partitions 20"},
-			{"worker: {type: earthquake}", "need types.content"},
-			{"api: {enabled: true}", "need types.content"},
-			{"kafka: {sasl: {mechanism: GSSAPI, username: u}}\nsecrets: {create: {kafkaSaslPassword: p}}", `kafka.sasl.mechanism "GSSAPI": want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512`},
-			{"kafka: {sasl: {mechanism: SCRAM-SHA-256}}\nsecrets: {create: {kafkaSaslPassword: p}}", "kafka.sasl.username is required"},
-			{"kafka: {sasl: {mechanism: SCRAM-SHA-256, username: u}}", "kafka.sasl.mechanism needs the password"},
-			{"kafka: {tls: {enabled: true, caKey: ca.crt}}", "kafka.tls.caKey, certKey and keyKey name files of a Secret: set kafka.tls.secretName"},
-			{"kafka: {tls: {secretName: t, certKey: tls.crt}}", "kafka.tls.certKey and kafka.tls.keyKey: a client certificate needs both"},
-			{"redis: {addr: 'redis://cache:6379', tls: {enabled: true}}", "redis.tls with a redis:// address: use rediss://"},
-			{"redis: {addr: '', sentinel: {master: m}}", "redis.sentinel.addrs is required with redis.sentinel.master"},
-			{"redis: {sentinel: {master: m, addrs: 's:26379'}}", "redis.addr and redis.sentinel.master: give one"},
-			{"redis: {addr: ['rediss://a:6380', 'redis://b:6379'], tls: {enabled: true}}", "redis.tls with a redis:// address: use rediss://"},
-			{"kafka: {brokers: []}", "kafka.brokers is required"},
-			{"worker: {extraVolumes: [{name: tmp, emptyDir: {}}]}", `worker.extraVolumes: the name "tmp" is the chart's own volume`},
-			{"api: {extraVolumes: [{emptyDir: {}}]}", "api.extraVolumes: each volume needs a name"},
-			{"worker: {env: [{value: x}]}", "worker.env: each entry of a list is an EnvVar with a name"},
-			{"worker: {env: 'SLUICE_BATCH_SIZE=5'}", "worker.env: a map of name to value, or a list of EnvVar objects"},
-			{"pdb: {unhealthyPodEvictionPolicy: Always}", `pdb.unhealthyPodEvictionPolicy "Always": want IfHealthyBudget or AlwaysAllow`},
-		} {
-			_, err := renderChart(t, chrt, values(t, helmRequired, c.values))
-			require.ErrorContains(t, err, c.err, "values %s", c.values)
-		}
-		// The worker's topic must be its record type's (the API produces there).
-		_, err := renderChart(t, chrt, withTypes(values(t, helmRequired, "worker: {type: earthquake}\ntopic: {name: quakes}")))
-		require.ErrorContains(t, err, `worker.type "earthquake" produces to topic "earthquakes" (types.content), but topic.name is "quakes"`)
-		_, err = renderChart(t, chrt, withTypes(values(t, helmRequired, "worker: {type: tsunami}")))
-		require.ErrorContains(t, err, `worker.type "tsunami" is not a type of types.content`)
-	})
-
-	t.Run("minimal install", func(t *testing.T) {
+// testRequiredValues checks that the chart renders nothing without each of
+// its required values.
+func (h *helmChart) testRequiredValues(t *testing.T) {
+	_, err := renderChart(t, h.chrt, values(t))
+	require.ErrorContains(t, err, "kafka.brokers is required", "the chart's defaults alone must not render")
+	for _, key := range []string{"kafka.brokers", "redis.addr", "sink.url", "pool.capacity", "topic.name"} {
 		vals := values(t, helmRequired)
-		requireLintClean(t, chartDir, vals)
-		r := mustRender(t, chrt, vals)
-		require.ElementsMatch(t, []string{"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker", "ServiceAccount/quakes-sluice"}, r.names(),
-			"by default: the workers, their PDB and their account, nothing else")
+		parent, leaf, _ := strings.Cut(key, ".")
+		delete(vals[parent].(map[string]any), leaf)
+		_, err := renderChart(t, h.chrt, vals)
+		require.ErrorContains(t, err, key+" is required", "rendering without %s", key)
+	}
+}
 
-		w := checkWorker(t, sluice, r, nil)
-		require.Equal(t, int32(2), *w.deploy.Spec.Replicas)
-		require.Equal(t, "sluice:0.1.0", w.container.Image, "the image tag defaults to the chart's appVersion")
-		require.Equal(t, "sluice-earthquakes", w.env["SLUICE_GROUP"], "sluice's own default group")
-		require.Equal(t, "2000", w.env["SLUICE_CAPACITY"])
-		require.Equal(t, "10s", w.env["SLUICE_GRACE"], "sluice's default grace")
-		require.NotContains(t, w.env, "SLUICE_TYPES", "no types file, no --types")
-		for _, e := range w.container.Env {
-			require.Nil(t, e.ValueFrom, "%s: no credentials were given", e.Name)
+// testRefusals checks that the chart refuses values that cannot work, each
+// with an error that says why.
+func (h *helmChart) testRefusals(t *testing.T) {
+	for _, c := range []struct{ values, err string }{
+		{"worker: {replicaCount: 7}\ntopic: {partitions: 6}", "7 worker replicas, but topic.partitions is 6"},
+		{"worker: {replicaCount: 4}\npool: {partitions: 3}", "4 worker replicas, but topic.partitions is 6 and pool.partitions 3"},
+		{"keda: {enabled: true, minReplicaCount: 8}", "8 worker replicas"},
+		{"pool: {reservedPartitions: 11}", "pool.reservedPartitions 11 × 2 workers exceeds pool.partitions 20"},
+		{"worker: {type: earthquake}", "need types.content"},
+		{"api: {enabled: true}", "need types.content"},
+		{"kafka: {sasl: {mechanism: GSSAPI, username: u}}\nsecrets: {create: {kafkaSaslPassword: p}}", `kafka.sasl.mechanism "GSSAPI": want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512`},
+		{"kafka: {sasl: {mechanism: SCRAM-SHA-256}}\nsecrets: {create: {kafkaSaslPassword: p}}", "kafka.sasl.username is required"},
+		{"kafka: {sasl: {mechanism: SCRAM-SHA-256, username: u}}", "kafka.sasl.mechanism needs the password"},
+		{"kafka: {tls: {enabled: true, caKey: ca.crt}}", "kafka.tls.caKey, certKey and keyKey name files of a Secret: set kafka.tls.secretName"},
+		{"kafka: {tls: {secretName: t, certKey: tls.crt}}", "kafka.tls.certKey and kafka.tls.keyKey: a client certificate needs both"},
+		{"redis: {addr: 'redis://cache:6379', tls: {enabled: true}}", "redis.tls with a redis:// address: use rediss://"},
+		{"redis: {addr: '', sentinel: {master: m}}", "redis.sentinel.addrs is required with redis.sentinel.master"},
+		{"redis: {sentinel: {master: m, addrs: 's:26379'}}", "redis.addr and redis.sentinel.master: give one"},
+		{"redis: {addr: ['rediss://a:6380', 'redis://b:6379'], tls: {enabled: true}}", "redis.tls with a redis:// address: use rediss://"},
+		{"kafka: {brokers: []}", "kafka.brokers is required"},
+		{"worker: {extraVolumes: [{name: tmp, emptyDir: {}}]}", `worker.extraVolumes: the name "tmp" is the chart's own volume`},
+		{"api: {extraVolumes: [{emptyDir: {}}]}", "api.extraVolumes: each volume needs a name"},
+		{"worker: {env: [{value: x}]}", "worker.env: each entry of a list is an EnvVar with a name"},
+		{"worker: {env: 'SLUICE_BATCH_SIZE=5'}", "worker.env: a map of name to value, or a list of EnvVar objects"},
+		{"pdb: {unhealthyPodEvictionPolicy: Always}", `pdb.unhealthyPodEvictionPolicy "Always": want IfHealthyBudget or AlwaysAllow`},
+	} {
+		_, err := renderChart(t, h.chrt, values(t, helmRequired, c.values))
+		require.ErrorContains(t, err, c.err, "values %s", c.values)
+	}
+	// The worker's topic must be its record type's (the API produces there).
+	_, err := renderChart(t, h.chrt, h.withTypes(values(t, helmRequired, "worker: {type: earthquake}\ntopic: {name: quakes}")))
+	require.ErrorContains(t, err, `worker.type "earthquake" produces to topic "earthquakes" (types.content), but topic.name is "quakes"`)
+	_, err = renderChart(t, h.chrt, h.withTypes(values(t, helmRequired, "worker: {type: tsunami}")))
+	require.ErrorContains(t, err, `worker.type "tsunami" is not a type of types.content`)
+}
+
+// testMinimalInstall renders the required values alone: the workers, their
+// PDB and their account.
+func (h *helmChart) testMinimalInstall(t *testing.T) {
+	vals := values(t, helmRequired)
+	requireLintClean(t, h.dir, vals)
+	r := mustRender(t, h.chrt, vals)
+	require.ElementsMatch(t, []string{"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker", "ServiceAccount/quakes-sluice"}, r.names(),
+		"by default: the workers, their PDB and their account, nothing else")
+
+	w := checkWorker(t, h.sluice, r, nil)
+	require.Equal(t, int32(2), *w.deploy.Spec.Replicas)
+	require.Equal(t, "sluice:0.1.0", w.container.Image, "the image tag defaults to the chart's appVersion")
+	require.Equal(t, "sluice-earthquakes", w.env["SLUICE_GROUP"], "sluice's own default group")
+	require.Equal(t, "2000", w.env["SLUICE_CAPACITY"])
+	require.Equal(t, "10s", w.env["SLUICE_GRACE"], "sluice's default grace")
+	require.NotContains(t, w.env, "SLUICE_TYPES", "no types file, no --types")
+	for _, e := range w.container.Env {
+		require.Nil(t, e.ValueFrom, "%s: no credentials were given", e.Name)
+	}
+	checkPDB(t, r, w)
+	require.Contains(t, r.notes, "kubectl -n ingest get pods")
+}
+
+// testEverythingOn renders helmEverything: every optional part on, every
+// credential in a Secret the chart creates.
+func (h *helmChart) testEverythingOn(t *testing.T) {
+	vals := h.withTypes(values(t, helmEverything))
+	requireLintClean(t, h.dir, vals)
+	r := mustRender(t, h.chrt, vals)
+	require.ElementsMatch(t, []string{
+		"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker", "ScaledObject/quakes-sluice-worker",
+		"TriggerAuthentication/quakes-sluice-kafka", "Deployment/quakes-sluice-api", "Service/quakes-sluice-api",
+		"ConfigMap/quakes-sluice-types", "Secret/quakes-sluice-credentials", "ServiceAccount/quakes-sluice",
+	}, r.names())
+
+	secret := decodeOne[corev1.Secret](t, r, "Secret")
+	require.Equal(t, map[string][]byte{
+		"sink-authorization":  []byte("Bearer not-a-real-token"),
+		"azure-account-key":   []byte("bm90LWEta2V5"),
+		"pgpassword":          []byte("not-a-password"),
+		"api-token":           []byte("not-an-api-token"),
+		"kafka-sasl-password": []byte("not-the-kafka-password"),
+		"redis-password":      []byte("not-the-redis-password"),
+	}, secret.Data, "each credential given, under its key, and nothing else")
+
+	w := checkWorker(t, h.sluice, r, secret)
+	require.Nil(t, w.deploy.Spec.Replicas, "KEDA owns the replica count")
+	require.Equal(t, "registry.example/sluice:1.2.3", w.container.Image)
+	require.Equal(t, "2000000", w.env["SLUICE_CAPACITY"], "no exponent: the CLI gets the number as written")
+	require.Equal(t, "30s", w.env["SLUICE_GRACE"])
+	require.Equal(t, int64(50), *w.pod.TerminationGracePeriodSeconds, "grace + 20 s")
+	require.Equal(t, "earthquake", w.env["SLUICE_TYPE"])
+	require.Equal(t, "500", w.env["SLUICE_BATCH_SIZE"], "worker.env is passed through")
+	require.Equal(t, []string{"worker", "--concurrency=8"}, w.container.Args)
+	require.Equal(t, map[string]string{
+		"SLUICE_SINK_AUTHORIZATION":  "sink-authorization",
+		"SLUICE_AZURE_ACCOUNT_KEY":   "azure-account-key",
+		"PGPASSWORD":                 "pgpassword",
+		"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
+		"SLUICE_REDIS_PASSWORD":      "redis-password",
+	}, secretRefs(t, w.container, secret.Name, false), "the worker's credentials")
+	require.Equal(t, "true", w.env["SLUICE_KAFKA_TLS"])
+	require.Equal(t, "/etc/sluice/kafka-tls/ca.crt", w.env["SLUICE_KAFKA_CA_FILE"])
+	require.Equal(t, "/etc/sluice/redis-certs/client-key.pem", w.env["SLUICE_REDIS_KEY_FILE"])
+	require.Equal(t, "SCRAM-SHA-512", w.env["SLUICE_KAFKA_SASL_MECHANISM"])
+	require.Equal(t, "sluice", w.env["SLUICE_REDIS_USERNAME"])
+	// The record type the worker drains is the file's, on the same topic.
+	types := loadMountedTypes(t, r, w.pod, w.container, w.env["SLUICE_TYPES"])
+	require.Contains(t, types, w.env["SLUICE_TYPE"])
+	require.Equal(t, w.env["SLUICE_TOPIC"], types[w.env["SLUICE_TYPE"]].Topic)
+	checkPDB(t, r, w)
+	checkScaledObject(t, r, w)
+	a := checkAPI(t, h.sluice, r, secret, w)
+	require.Equal(t, map[string]string{
+		"SLUICE_API_TOKEN":           "api-token",
+		"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
+	}, secretRefs(t, a.container, secret.Name, false), "the API's credentials: its token, and Kafka's")
+	require.NotContains(t, a.env, "SLUICE_REDIS_ADDR", "the API does not use Redis")
+	require.Contains(t, r.notes, "port-forward svc/quakes-sluice-api")
+}
+
+// testSentinel renders helmSentinel: Redis through Sentinel, Kafka with
+// SASL PLAIN, KEDA.
+func (h *helmChart) testSentinel(t *testing.T) {
+	vals := values(t, helmRequired, helmSentinel)
+	requireLintClean(t, h.dir, vals)
+	r := mustRender(t, h.chrt, vals)
+	require.ElementsMatch(t, []string{
+		"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker", "ScaledObject/quakes-sluice-worker",
+		"TriggerAuthentication/quakes-sluice-kafka", "Secret/quakes-sluice-credentials", "ServiceAccount/quakes-sluice",
+	}, r.names())
+	secret := decodeOne[corev1.Secret](t, r, "Secret")
+	w := checkWorker(t, h.sluice, r, secret)
+	require.Equal(t, map[string]string{
+		"SLUICE_KAFKA_SASL_PASSWORD":     "kafka-sasl-password",
+		"SLUICE_REDIS_PASSWORD":          "redis-password",
+		"SLUICE_REDIS_SENTINEL_PASSWORD": "redis-sentinel-password",
+	}, secretRefs(t, w.container, secret.Name, false))
+	require.NotContains(t, w.env, "SLUICE_REDIS_ADDR", "the Sentinels name the master")
+	require.Equal(t, "PLAIN", w.env["SLUICE_KAFKA_SASL_MECHANISM"], "as the CLI spells it")
+	require.NotContains(t, w.env, "SLUICE_KAFKA_CA_FILE", "the system's roots")
+	checkScaledObject(t, r, w)
+}
+
+// testConnectionCombinations renders every combination of the Kafka and
+// Redis connection settings, a created or existing Secret, and KEDA on or
+// off.
+func (h *helmChart) testConnectionCombinations(t *testing.T) {
+	kafka := map[string]string{
+		"plaintext":       "",
+		"TLS, system CAs": "kafka: {tls: {enabled: true}}",
+		"TLS, own CA":     "kafka: {tls: {secretName: kafka-tls, caKey: ca.crt}}",
+		"mTLS":            "kafka: {tls: {secretName: kafka-tls, caKey: ca.crt, certKey: tls.crt, keyKey: tls.key, serverName: kafka.internal}}",
+		"SASL_PLAINTEXT":  "kafka: {sasl: {mechanism: scram-sha-256, username: sluice}}",
+		"SASL_SSL":        "kafka: {tls: {secretName: kafka-tls, caKey: ca.crt}, sasl: {mechanism: SCRAM-SHA-512, username: sluice}}",
+	}
+	redis := map[string]string{
+		"host:port":         "",
+		"ACL user, TLS":     "redis: {addr: 'redis-a:6380,redis-b:6380,redis-c:6380', username: sluice, tls: {enabled: true, secretName: redis-tls, caKey: ca.crt, certKey: tls.crt, keyKey: tls.key}}",
+		"rediss:// URL":     "redis: {addr: 'rediss://sluice@cache:6380/0', tls: {secretName: redis-tls, caKey: ca.crt}}",
+		"Sentinel over TLS": "redis: {addr: '', tls: {enabled: true}, sentinel: {master: m, addrs: 's-0:26379,s-1:26379', username: s}}",
+	}
+	secrets := map[string]string{
+		"created":  "secrets: {create: {kafkaSaslPassword: k, redisPassword: r, redisSentinelPassword: s, apiToken: a}}",
+		"existing": "secrets: {existingSecret: sluice-credentials}",
+	}
+	renders := 0
+	for kName, kVals := range kafka {
+		for rName, rVals := range redis {
+			for sName, sVals := range secrets {
+				for _, keda := range []bool{false, true} {
+					vals := h.withTypes(values(t, helmRequired, kVals, rVals, sVals, "api: {enabled: true}",
+						fmt.Sprintf("keda: {enabled: %t, minReplicaCount: 1, maxReplicaCount: 3}", keda)))
+					name := fmt.Sprintf("Kafka %s, Redis %s, %s Secret, KEDA %t", kName, rName, sName, keda)
+					r, err := renderChart(t, h.chrt, vals)
+					require.NoError(t, err, name)
+					for key, doc := range r.docs {
+						decodeStrict(t, key, doc)
+					}
+					var secret *corev1.Secret
+					if sName == "created" {
+						secret = decodeOne[corev1.Secret](t, r, "Secret")
+					}
+					w := checkWorker(t, h.sluice, r, secret)
+					checkAPI(t, h.sluice, r, secret, w)
+					if keda {
+						checkScaledObject(t, r, w)
+					} else {
+						require.NotContains(t, r.names(), "ScaledObject/quakes-sluice-worker", name)
+						require.NotContains(t, r.names(), "TriggerAuthentication/quakes-sluice-kafka", name)
+					}
+					renders++
+				}
+			}
 		}
-		checkPDB(t, r, w)
-		require.Contains(t, r.notes, "kubectl -n ingest get pods")
-	})
+	}
+	t.Logf("%d combinations rendered and checked", renders)
+}
 
-	t.Run("everything on", func(t *testing.T) {
-		vals := withTypes(values(t, helmEverything))
-		requireLintClean(t, chartDir, vals)
-		r := mustRender(t, chrt, vals)
-		require.ElementsMatch(t, []string{
-			"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker", "ScaledObject/quakes-sluice-worker",
-			"TriggerAuthentication/quakes-sluice-kafka", "Deployment/quakes-sluice-api", "Service/quakes-sluice-api",
-			"ConfigMap/quakes-sluice-types", "Secret/quakes-sluice-credentials", "ServiceAccount/quakes-sluice",
-		}, r.names())
+// testExistingSecret renders helmExistingSecret: the pods read every
+// credential from a Secret the chart does not create.
+func (h *helmChart) testExistingSecret(t *testing.T) {
+	vals := h.withTypes(values(t, helmRequired, helmExistingSecret, "api: {enabled: true}"))
+	requireLintClean(t, h.dir, vals)
+	r := mustRender(t, h.chrt, vals)
+	require.NotContains(t, r.names(), "Secret/sluice-credentials", "an existing Secret is not created")
+	for _, n := range r.names() {
+		require.False(t, strings.HasPrefix(n, "Secret/"), "no Secret is created: %s", n)
+	}
+	w := checkWorker(t, h.sluice, r, nil)
+	require.Equal(t, map[string]string{
+		"SLUICE_SINK_AUTHORIZATION":  "sink-authorization",
+		"SLUICE_AZURE_ACCOUNT_KEY":   "azure-account-key",
+		"PGPASSWORD":                 "pgpassword",
+		"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
+		"SLUICE_REDIS_PASSWORD":      "redis-password",
+	}, secretRefs(t, w.container, "sluice-credentials", true), "every key of the existing Secret, each optional")
+	a := checkAPI(t, h.sluice, r, nil, w)
+	require.Equal(t, map[string]string{
+		"SLUICE_API_TOKEN":           "api-token",
+		"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
+	}, secretRefs(t, a.container, "sluice-credentials", true))
+}
 
-		secret := decodeOne[corev1.Secret](t, r, "Secret")
-		require.Equal(t, map[string][]byte{
-			"sink-authorization":  []byte("Bearer not-a-real-token"),
-			"azure-account-key":   []byte("bm90LWEta2V5"),
-			"pgpassword":          []byte("not-a-password"),
-			"api-token":           []byte("not-an-api-token"),
-			"kafka-sasl-password": []byte("not-the-kafka-password"),
-			"redis-password":      []byte("not-the-redis-password"),
-		}, secret.Data, "each credential given, under its key, and nothing else")
-
-		w := checkWorker(t, sluice, r, secret)
-		require.Nil(t, w.deploy.Spec.Replicas, "KEDA owns the replica count")
-		require.Equal(t, "registry.example/sluice:1.2.3", w.container.Image)
-		require.Equal(t, "2000000", w.env["SLUICE_CAPACITY"], "no exponent: the CLI gets the number as written")
-		require.Equal(t, "30s", w.env["SLUICE_GRACE"])
-		require.Equal(t, int64(50), *w.pod.TerminationGracePeriodSeconds, "grace + 20 s")
-		require.Equal(t, "earthquake", w.env["SLUICE_TYPE"])
-		require.Equal(t, "500", w.env["SLUICE_BATCH_SIZE"], "worker.env is passed through")
-		require.Equal(t, []string{"worker", "--concurrency=8"}, w.container.Args)
-		require.Equal(t, map[string]string{
-			"SLUICE_SINK_AUTHORIZATION":  "sink-authorization",
-			"SLUICE_AZURE_ACCOUNT_KEY":   "azure-account-key",
-			"PGPASSWORD":                 "pgpassword",
-			"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
-			"SLUICE_REDIS_PASSWORD":      "redis-password",
-		}, secretRefs(t, w.container, secret.Name, false), "the worker's credentials")
-		require.Equal(t, "true", w.env["SLUICE_KAFKA_TLS"])
-		require.Equal(t, "/etc/sluice/kafka-tls/ca.crt", w.env["SLUICE_KAFKA_CA_FILE"])
-		require.Equal(t, "/etc/sluice/redis-certs/client-key.pem", w.env["SLUICE_REDIS_KEY_FILE"])
-		require.Equal(t, "SCRAM-SHA-512", w.env["SLUICE_KAFKA_SASL_MECHANISM"])
-		require.Equal(t, "sluice", w.env["SLUICE_REDIS_USERNAME"])
-		// The record type the worker drains is the file's, on the same topic.
-		types := loadMountedTypes(t, r, w.pod, w.container, w.env["SLUICE_TYPES"])
-		require.Contains(t, types, w.env["SLUICE_TYPE"])
-		require.Equal(t, w.env["SLUICE_TOPIC"], types[w.env["SLUICE_TYPE"]].Topic)
-		checkPDB(t, r, w)
-		checkScaledObject(t, r, w)
-		a := checkAPI(t, sluice, r, secret, w)
-		require.Equal(t, map[string]string{
-			"SLUICE_API_TOKEN":           "api-token",
-			"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
-		}, secretRefs(t, a.container, secret.Name, false), "the API's credentials: its token, and Kafka's")
-		require.NotContains(t, a.env, "SLUICE_REDIS_ADDR", "the API does not use Redis")
-		require.Contains(t, r.notes, "port-forward svc/quakes-sluice-api")
-	})
-
-	t.Run("Sentinel, SASL PLAIN and KEDA", func(t *testing.T) {
-		vals := values(t, helmRequired, helmSentinel)
-		requireLintClean(t, chartDir, vals)
-		r := mustRender(t, chrt, vals)
-		require.ElementsMatch(t, []string{
-			"Deployment/quakes-sluice-worker", "PodDisruptionBudget/quakes-sluice-worker", "ScaledObject/quakes-sluice-worker",
-			"TriggerAuthentication/quakes-sluice-kafka", "Secret/quakes-sluice-credentials", "ServiceAccount/quakes-sluice",
-		}, r.names())
-		secret := decodeOne[corev1.Secret](t, r, "Secret")
-		w := checkWorker(t, sluice, r, secret)
-		require.Equal(t, map[string]string{
-			"SLUICE_KAFKA_SASL_PASSWORD":     "kafka-sasl-password",
-			"SLUICE_REDIS_PASSWORD":          "redis-password",
-			"SLUICE_REDIS_SENTINEL_PASSWORD": "redis-sentinel-password",
-		}, secretRefs(t, w.container, secret.Name, false))
-		require.NotContains(t, w.env, "SLUICE_REDIS_ADDR", "the Sentinels name the master")
-		require.Equal(t, "PLAIN", w.env["SLUICE_KAFKA_SASL_MECHANISM"], "as the CLI spells it")
-		require.NotContains(t, w.env, "SLUICE_KAFKA_CA_FILE", "the system's roots")
-		checkScaledObject(t, r, w)
-	})
-
-	t.Run("every combination of the connection settings", func(t *testing.T) {
-		kafka := map[string]string{
-			"plaintext":       "",
-			"TLS, system CAs": "kafka: {tls: {enabled: true}}",
-			"TLS, own CA":     "kafka: {tls: {secretName: kafka-tls, caKey: ca.crt}}",
-			"mTLS":            "kafka: {tls: {secretName: kafka-tls, caKey: ca.crt, certKey: tls.crt, keyKey: tls.key, serverName: kafka.internal}}",
-			"SASL_PLAINTEXT":  "kafka: {sasl: {mechanism: scram-sha-256, username: sluice}}",
-			"SASL_SSL":        "kafka: {tls: {secretName: kafka-tls, caKey: ca.crt}, sasl: {mechanism: SCRAM-SHA-512, username: sluice}}",
-		}
-		redis := map[string]string{
-			"host:port":         "",
-			"ACL user, TLS":     "redis: {addr: 'redis-a:6380,redis-b:6380,redis-c:6380', username: sluice, tls: {enabled: true, secretName: redis-tls, caKey: ca.crt, certKey: tls.crt, keyKey: tls.key}}",
-			"rediss:// URL":     "redis: {addr: 'rediss://sluice@cache:6380/0', tls: {secretName: redis-tls, caKey: ca.crt}}",
-			"Sentinel over TLS": "redis: {addr: '', tls: {enabled: true}, sentinel: {master: m, addrs: 's-0:26379,s-1:26379', username: s}}",
-		}
-		secrets := map[string]string{
-			"created":  "secrets: {create: {kafkaSaslPassword: k, redisPassword: r, redisSentinelPassword: s, apiToken: a}}",
-			"existing": "secrets: {existingSecret: sluice-credentials}",
-		}
-		renders := 0
-		for kName, kVals := range kafka {
-			for rName, rVals := range redis {
-				for sName, sVals := range secrets {
-					for _, keda := range []bool{false, true} {
-						vals := withTypes(values(t, helmRequired, kVals, rVals, sVals, "api: {enabled: true}",
-							fmt.Sprintf("keda: {enabled: %t, minReplicaCount: 1, maxReplicaCount: 3}", keda)))
-						name := fmt.Sprintf("Kafka %s, Redis %s, %s Secret, KEDA %t", kName, rName, sName, keda)
-						r, err := renderChart(t, chrt, vals)
+// testPlatformCombinations renders every combination of the platform
+// options (service account, extras, PodMonitor, PrometheusRule, KEDA) on
+// the clusters that serve them or not.
+func (h *helmChart) testPlatformCombinations(t *testing.T) {
+	// Each option on and off, KEDA served or not, in every combination;
+	// the forms of each option take turns (an account of the chart's or
+	// an existing one, worker.env as a list or a map, no KEDA API or
+	// an old cluster), so that every form meets every other option.
+	type form struct{ name, values string }
+	accounts := [2][]form{
+		{{"the default account", "serviceAccount: {create: false}"}, {"an existing account", "serviceAccount: {create: false, name: workload-identity}"}},
+		{{"own account with an identity", "serviceAccount: {create: true, annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::111122223333:role/sluice-quakes'}}"},
+			{"own account, named", "serviceAccount: {create: true, name: quakes-writer}"}},
+	}
+	extras := [2][]form{
+		{{"no extras", ""}},
+		{{"env list, envFrom, volumes, API", helmExtras}, {"env map with valueFrom, API", helmEnvMap}},
+	}
+	podMonitor := [2][]form{{{"", ""}}, {{"PodMonitor", "podMonitor: {enabled: true, labels: {release: kube-prometheus-stack}, interval: 30s, scrapeTimeout: 10s}"}}}
+	rule := [2][]form{{{"", ""}}, {{"PrometheusRule", "prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}}"}}}
+	const kedaOn = "keda: {enabled: true, minReplicaCount: 1, maxReplicaCount: 3}"
+	kedas := []struct {
+		name, values string
+		on           []cluster
+	}{
+		{"no KEDA", "", []cluster{fullCluster}},
+		{"KEDA served", kedaOn, []cluster{fullCluster}},
+		{"KEDA asked, not served", kedaOn, []cluster{bareCluster, oldCluster}},
+	}
+	renders := 0
+	seen := map[string]bool{}
+	for _, a := range accounts {
+		for _, e := range extras {
+			for _, pm := range podMonitor {
+				for _, pr := range rule {
+					for _, k := range kedas {
+						pick := func(fs []form) form { return fs[renders%len(fs)] }
+						parts := []form{pick(a), pick(e), pick(pm), pick(pr)}
+						on := k.on[renders%len(k.on)]
+						name := fmt.Sprintf("%s, %s, %s, %s, %s on %s", parts[0].name, parts[1].name, parts[2].name, parts[3].name, k.name, on.name)
+						vals := h.withTypes(values(t, helmRequired, parts[0].values, parts[1].values, parts[2].values, parts[3].values, k.values))
+						r, err := renderOn(t, h.chrt, vals, on)
 						require.NoError(t, err, name)
 						for key, doc := range r.docs {
 							decodeStrict(t, key, doc)
 						}
-						var secret *corev1.Secret
-						if sName == "created" {
-							secret = decodeOne[corev1.Secret](t, r, "Secret")
+						w := checkWorker(t, h.sluice, r, nil)
+						if valueBool(t, vals, "api.enabled") {
+							checkAPI(t, h.sluice, r, nil, w)
 						}
-						w := checkWorker(t, sluice, r, secret)
-						checkAPI(t, sluice, r, secret, w)
-						if keda {
-							checkScaledObject(t, r, w)
-						} else {
-							require.NotContains(t, r.names(), "ScaledObject/quakes-sluice-worker", name)
-							require.NotContains(t, r.names(), "TriggerAuthentication/quakes-sluice-kafka", name)
+						for _, p := range parts {
+							seen[p.name] = true
 						}
+						seen[on.name] = true
 						renders++
 					}
 				}
 			}
 		}
-		t.Logf("%d combinations rendered and checked", renders)
-	})
+	}
+	require.Equal(t, 2*2*2*2*3, renders)
+	for _, fs := range [][]form{accounts[0], accounts[1], extras[1]} {
+		for _, f := range fs {
+			require.True(t, seen[f.name], "%s was rendered", f.name)
+		}
+	}
+	require.True(t, seen[oldCluster.name] && seen[bareCluster.name])
+	t.Logf("%d combinations rendered and checked", renders)
+}
 
-	t.Run("existing secret", func(t *testing.T) {
-		vals := withTypes(values(t, helmRequired, helmExistingSecret, "api: {enabled: true}"))
-		requireLintClean(t, chartDir, vals)
-		r := mustRender(t, chrt, vals)
-		require.NotContains(t, r.names(), "Secret/sluice-credentials", "an existing Secret is not created")
-		for _, n := range r.names() {
-			require.False(t, strings.HasPrefix(n, "Secret/"), "no Secret is created: %s", n)
-		}
-		w := checkWorker(t, sluice, r, nil)
-		require.Equal(t, map[string]string{
-			"SLUICE_SINK_AUTHORIZATION":  "sink-authorization",
-			"SLUICE_AZURE_ACCOUNT_KEY":   "azure-account-key",
-			"PGPASSWORD":                 "pgpassword",
-			"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
-			"SLUICE_REDIS_PASSWORD":      "redis-password",
-		}, secretRefs(t, w.container, "sluice-credentials", true), "every key of the existing Secret, each optional")
-		a := checkAPI(t, sluice, r, nil, w)
-		require.Equal(t, map[string]string{
-			"SLUICE_API_TOKEN":           "api-token",
-			"SLUICE_KAFKA_SASL_PASSWORD": "kafka-sasl-password",
-		}, secretRefs(t, a.container, "sluice-credentials", true))
-	})
+// testExtras renders helmExtras and helmEnvMap: the pods' own variables,
+// envFrom and extra volumes.
+func (h *helmChart) testExtras(t *testing.T) {
+	vals := h.withTypes(values(t, helmRequired, helmExtras))
+	requireLintClean(t, h.dir, vals)
+	r := mustRender(t, h.chrt, vals)
+	w := checkWorker(t, h.sluice, r, nil)
+	require.Equal(t, "debug", w.env["SLUICE_LOG_LEVEL"], "worker.env replaces the chart's variable")
+	require.Equal(t, "/etc/sluice/sink/headers", w.env["SLUICE_SINK_HEADERS_FILE"])
+	require.Equal(t, &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}, envVar(t, w.container, "POD_NAME").ValueFrom)
+	require.Len(t, w.container.EnvFrom, 2)
+	m := mountAt(t, w, "/etc/sluice/sink")
+	require.Equal(t, "sink-headers", volume(t, w, m.Name).Secret.SecretName, "the headers file is the Secret's")
+	a := checkAPI(t, h.sluice, r, nil, w)
+	require.Equal(t, "warn", a.env["SLUICE_LOG_LEVEL"])
+	require.NotNil(t, volume(t, a, "scratch").EmptyDir)
 
-	t.Run("every combination of the platform options", func(t *testing.T) {
-		// Each option on and off, KEDA served or not, in every combination;
-		// the forms of each option take turns (an account of the chart's or
-		// an existing one, worker.env as a list or a map, no KEDA API or
-		// an old cluster), so that every form meets every other option.
-		type form struct{ name, values string }
-		accounts := [2][]form{
-			{{"the default account", "serviceAccount: {create: false}"}, {"an existing account", "serviceAccount: {create: false, name: workload-identity}"}},
-			{{"own account with an identity", "serviceAccount: {create: true, annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::111122223333:role/sluice-quakes'}}"},
-				{"own account, named", "serviceAccount: {create: true, name: quakes-writer}"}},
+	// A map merges key by key across values files, and may give an
+	// EnvVar's body.
+	vals = h.withTypes(values(t, helmRequired, helmEnvMap, "worker: {env: {SLUICE_BATCH_SIZE: 1000000}}"))
+	r = mustRender(t, h.chrt, vals)
+	w = checkWorker(t, h.sluice, r, nil)
+	require.Equal(t, "1000000", w.env["SLUICE_BATCH_SIZE"], "a later values file wins; numbers as the CLI parses them")
+	require.Equal(t, "debug", w.env["SLUICE_LOG_LEVEL"], "and the earlier one's other keys stay")
+	ref := envVar(t, w.container, "AWS_SECRET_ACCESS_KEY").ValueFrom
+	require.Equal(t, "aws-credentials", ref.SecretKeyRef.Name)
+}
+
+// testKEDAOnlyWhereServed checks that the ScaledObject is rendered only on
+// a cluster that serves KEDA's API, with a warning otherwise.
+func (h *helmChart) testKEDAOnlyWhereServed(t *testing.T) {
+	vals := values(t, helmRequired, "keda: {enabled: true, minReplicaCount: 8}")
+	_, err := renderOn(t, h.chrt, vals, fullCluster)
+	require.ErrorContains(t, err, "8 worker replicas", "with KEDA, its minimum must fit the partitions")
+	for _, c := range []cluster{bareCluster, oldCluster} {
+		r := mustRenderOn(t, h.chrt, vals, c)
+		w := checkWorker(t, h.sluice, r, nil)
+		require.Equal(t, int32(2), *w.deploy.Spec.Replicas, "without KEDA: worker.replicaCount")
+		require.Contains(t, r.notes, "WARNING: keda.enabled is set, but the cluster does not serve KEDA's API")
+	}
+	r := mustRenderOn(t, h.chrt, values(t, helmRequired, "keda: {enabled: true}"), fullCluster)
+	require.Contains(t, r.names(), "ScaledObject/quakes-sluice-worker")
+	require.NotContains(t, r.notes, "WARNING")
+	checkWorker(t, h.sluice, r, nil)
+}
+
+// testPDBEvictionPolicy checks the PDB's unhealthyPodEvictionPolicy:
+// AlwaysAllow by default, none on a cluster that predates the field, or as
+// the values set it.
+func (h *helmChart) testPDBEvictionPolicy(t *testing.T) {
+	for _, c := range []struct {
+		values string
+		on     cluster
+		want   *policyv1.UnhealthyPodEvictionPolicyType
+	}{
+		{"", fullCluster, ptr(policyv1.AlwaysAllow)},
+		{"", oldCluster, nil},
+		{"pdb: {unhealthyPodEvictionPolicy: IfHealthyBudget}", bareCluster, ptr(policyv1.IfHealthyBudget)},
+		{"pdb: {unhealthyPodEvictionPolicy: ''}", fullCluster, nil},
+	} {
+		r := mustRenderOn(t, h.chrt, values(t, helmRequired, c.values), c.on)
+		pdb := decodeOne[policyv1.PodDisruptionBudget](t, r, "PodDisruptionBudget")
+		require.Equal(t, c.want, pdb.Spec.UnhealthyPodEvictionPolicy, "%q on %s", c.values, c.on.name)
+		checkWorker(t, h.sluice, r, nil)
+	}
+	r := mustRender(t, h.chrt, values(t, helmRequired, "pdb: {enabled: false}"))
+	checkWorker(t, h.sluice, r, nil)
+}
+
+// testSinkSchemes renders a worker for every sink scheme sluice takes, and
+// checks that values.yaml and the chart README document each.
+func (h *helmChart) testSinkSchemes(t *testing.T) {
+	// The schemes sluice takes, as its own error lists them.
+	err := sink.CheckURL("no-such-scheme://x")
+	require.Error(t, err)
+	_, list, ok := strings.Cut(err.Error(), "(want ")
+	require.True(t, ok, "%v", err)
+	list, _, _ = strings.Cut(list, ")")
+	schemes := strings.FieldsFunc(strings.ReplaceAll(list, " or ", ","), func(r rune) bool { return r == ',' || r == ' ' })
+	require.Contains(t, schemes, "s3", "parsed %q", list)
+	valuesDoc, err := os.ReadFile(filepath.Join(h.dir, "values.yaml"))
+	require.NoError(t, err)
+	_, sinkDoc, _ := strings.Cut(string(valuesDoc), "\nsink:\n")
+	sinkDoc, _, _ = strings.Cut(sinkDoc, "\n  url:")
+	readme, err := os.ReadFile(filepath.Join(h.dir, "README.md"))
+	require.NoError(t, err)
+	for _, scheme := range schemes {
+		example, ok := sinkExamples[scheme]
+		require.True(t, ok, "scheme %s: give the test an example URL, and document it in values.yaml and the chart README", scheme)
+		require.Contains(t, sinkDoc, scheme+"://", "values.yaml's sink.url documents %s", scheme)
+		require.Contains(t, string(readme), scheme+"://", "the chart README documents %s", scheme)
+		require.NoError(t, sink.CheckURL(example.url), "%s", example.url)
+		r := mustRender(t, h.chrt, values(t, helmRequired, fmt.Sprintf("sink: {url: %q}", example.url), example.values))
+		w := checkWorker(t, h.sluice, r, nil)
+		require.Equal(t, example.url, w.env["SLUICE_SINK"])
+	}
+}
+
+// testREADMECommands renders and lints every helm command of the READMEs'
+// shell blocks, on a cluster with KEDA and prometheus-operator and on one
+// with neither, and checks that they use every example values file.
+func (h *helmChart) testREADMECommands(t *testing.T) {
+	t.Chdir(h.root) // the commands run from the repository's root
+	cmds := readmeHelmCommands(t, h.root, "README.md", filepath.Join("deploy", "helm", "sluice", "README.md"))
+	perFile := map[string]int{}
+	usedExamples := map[string]bool{}
+	multiBroker := false
+	for _, c := range cmds {
+		perFile[c.file]++
+		vals, files := c.values(t)
+		for _, f := range files {
+			usedExamples[filepath.ToSlash(f)] = true
 		}
-		extras := [2][]form{
-			{{"no extras", ""}},
-			{{"env list, envFrom, volumes, API", helmExtras}, {"env map with valueFrom, API", helmEnvMap}},
-		}
-		podMonitor := [2][]form{{{"", ""}}, {{"PodMonitor", "podMonitor: {enabled: true, labels: {release: kube-prometheus-stack}, interval: 30s, scrapeTimeout: 10s}"}}}
-		rule := [2][]form{{{"", ""}}, {{"PrometheusRule", "prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}}"}}}
-		const kedaOn = "keda: {enabled: true, minReplicaCount: 1, maxReplicaCount: 3}"
-		kedas := []struct {
-			name, values string
-			on           []cluster
-		}{
-			{"no KEDA", "", []cluster{fullCluster}},
-			{"KEDA served", kedaOn, []cluster{fullCluster}},
-			{"KEDA asked, not served", kedaOn, []cluster{bareCluster, oldCluster}},
-		}
-		renders := 0
-		seen := map[string]bool{}
-		for _, a := range accounts {
-			for _, e := range extras {
-				for _, pm := range podMonitor {
-					for _, pr := range rule {
-						for _, k := range kedas {
-							pick := func(fs []form) form { return fs[renders%len(fs)] }
-							parts := []form{pick(a), pick(e), pick(pm), pick(pr)}
-							on := k.on[renders%len(k.on)]
-							name := fmt.Sprintf("%s, %s, %s, %s, %s on %s", parts[0].name, parts[1].name, parts[2].name, parts[3].name, k.name, on.name)
-							vals := withTypes(values(t, helmRequired, parts[0].values, parts[1].values, parts[2].values, parts[3].values, k.values))
-							r, err := renderOn(t, chrt, vals, on)
-							require.NoError(t, err, name)
-							for key, doc := range r.docs {
-								decodeStrict(t, key, doc)
-							}
-							w := checkWorker(t, sluice, r, nil)
-							if valueBool(t, vals, "api.enabled") {
-								checkAPI(t, sluice, r, nil, w)
-							}
-							for _, p := range parts {
-								seen[p.name] = true
-							}
-							seen[on.name] = true
-							renders++
-						}
-					}
-				}
+		for _, cl := range []cluster{fullCluster, bareCluster} {
+			r, err := renderOn(t, h.chrt, vals, cl)
+			require.NoError(t, err, "%s: rendering on %s", c, cl.name)
+			for key, doc := range r.docs {
+				decodeStrict(t, key, doc)
 			}
-		}
-		require.Equal(t, 2*2*2*2*3, renders)
-		for _, fs := range [][]form{accounts[0], accounts[1], extras[1]} {
-			for _, f := range fs {
-				require.True(t, seen[f.name], "%s was rendered", f.name)
+			var secret *corev1.Secret
+			if r.docs["Secret/quakes-sluice-credentials"] != "" {
+				secret = decodeOne[corev1.Secret](t, r, "Secret")
 			}
-		}
-		require.True(t, seen[oldCluster.name] && seen[bareCluster.name])
-		t.Logf("%d combinations rendered and checked", renders)
-	})
-
-	t.Run("env, envFrom and extra volumes", func(t *testing.T) {
-		vals := withTypes(values(t, helmRequired, helmExtras))
-		requireLintClean(t, chartDir, vals)
-		r := mustRender(t, chrt, vals)
-		w := checkWorker(t, sluice, r, nil)
-		require.Equal(t, "debug", w.env["SLUICE_LOG_LEVEL"], "worker.env replaces the chart's variable")
-		require.Equal(t, "/etc/sluice/sink/headers", w.env["SLUICE_SINK_HEADERS_FILE"])
-		require.Equal(t, &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}, envVar(t, w.container, "POD_NAME").ValueFrom)
-		require.Len(t, w.container.EnvFrom, 2)
-		m := mountAt(t, w, "/etc/sluice/sink")
-		require.Equal(t, "sink-headers", volume(t, w, m.Name).Secret.SecretName, "the headers file is the Secret's")
-		a := checkAPI(t, sluice, r, nil, w)
-		require.Equal(t, "warn", a.env["SLUICE_LOG_LEVEL"])
-		require.NotNil(t, volume(t, a, "scratch").EmptyDir)
-
-		// A map merges key by key across values files, and may give an
-		// EnvVar's body.
-		vals = withTypes(values(t, helmRequired, helmEnvMap, "worker: {env: {SLUICE_BATCH_SIZE: 1000000}}"))
-		r = mustRender(t, chrt, vals)
-		w = checkWorker(t, sluice, r, nil)
-		require.Equal(t, "1000000", w.env["SLUICE_BATCH_SIZE"], "a later values file wins; numbers as the CLI parses them")
-		require.Equal(t, "debug", w.env["SLUICE_LOG_LEVEL"], "and the earlier one's other keys stay")
-		ref := envVar(t, w.container, "AWS_SECRET_ACCESS_KEY").ValueFrom
-		require.Equal(t, "aws-credentials", ref.SecretKeyRef.Name)
-	})
-
-	t.Run("KEDA only where the cluster serves it", func(t *testing.T) {
-		vals := values(t, helmRequired, "keda: {enabled: true, minReplicaCount: 8}")
-		_, err := renderOn(t, chrt, vals, fullCluster)
-		require.ErrorContains(t, err, "8 worker replicas", "with KEDA, its minimum must fit the partitions")
-		for _, c := range []cluster{bareCluster, oldCluster} {
-			r := mustRenderOn(t, chrt, vals, c)
-			w := checkWorker(t, sluice, r, nil)
-			require.Equal(t, int32(2), *w.deploy.Spec.Replicas, "without KEDA: worker.replicaCount")
-			require.Contains(t, r.notes, "WARNING: keda.enabled is set, but the cluster does not serve KEDA's API")
-		}
-		r := mustRenderOn(t, chrt, values(t, helmRequired, "keda: {enabled: true}"), fullCluster)
-		require.Contains(t, r.names(), "ScaledObject/quakes-sluice-worker")
-		require.NotContains(t, r.notes, "WARNING")
-		checkWorker(t, sluice, r, nil)
-	})
-
-	t.Run("the PDB lets unready workers go", func(t *testing.T) {
-		for _, c := range []struct {
-			values string
-			on     cluster
-			want   *policyv1.UnhealthyPodEvictionPolicyType
-		}{
-			{"", fullCluster, ptr(policyv1.AlwaysAllow)},
-			{"", oldCluster, nil},
-			{"pdb: {unhealthyPodEvictionPolicy: IfHealthyBudget}", bareCluster, ptr(policyv1.IfHealthyBudget)},
-			{"pdb: {unhealthyPodEvictionPolicy: ''}", fullCluster, nil},
-		} {
-			r := mustRenderOn(t, chrt, values(t, helmRequired, c.values), c.on)
-			pdb := decodeOne[policyv1.PodDisruptionBudget](t, r, "PodDisruptionBudget")
-			require.Equal(t, c.want, pdb.Spec.UnhealthyPodEvictionPolicy, "%q on %s", c.values, c.on.name)
-			checkWorker(t, sluice, r, nil)
-		}
-		r := mustRender(t, chrt, values(t, helmRequired, "pdb: {enabled: false}"))
-		checkWorker(t, sluice, r, nil)
-	})
-
-	t.Run("every sink scheme", func(t *testing.T) {
-		// The schemes sluice takes, as its own error lists them.
-		err := sink.CheckURL("no-such-scheme://x")
-		require.Error(t, err)
-		_, list, ok := strings.Cut(err.Error(), "(want ")
-		require.True(t, ok, "%v", err)
-		list, _, _ = strings.Cut(list, ")")
-		schemes := strings.FieldsFunc(strings.ReplaceAll(list, " or ", ","), func(r rune) bool { return r == ',' || r == ' ' })
-		require.Contains(t, schemes, "s3", "parsed %q", list)
-		valuesDoc, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
-		require.NoError(t, err)
-		_, sinkDoc, _ := strings.Cut(string(valuesDoc), "\nsink:\n")
-		sinkDoc, _, _ = strings.Cut(sinkDoc, "\n  url:")
-		readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
-		require.NoError(t, err)
-		for _, scheme := range schemes {
-			example, ok := sinkExamples[scheme]
-			require.True(t, ok, "scheme %s: give the test an example URL, and document it in values.yaml and the chart README", scheme)
-			require.Contains(t, sinkDoc, scheme+"://", "values.yaml's sink.url documents %s", scheme)
-			require.Contains(t, string(readme), scheme+"://", "the chart README documents %s", scheme)
-			require.NoError(t, sink.CheckURL(example.url), "%s", example.url)
-			r := mustRender(t, chrt, values(t, helmRequired, fmt.Sprintf("sink: {url: %q}", example.url), example.values))
-			w := checkWorker(t, sluice, r, nil)
-			require.Equal(t, example.url, w.env["SLUICE_SINK"])
-		}
-	})
-
-	t.Run("the READMEs' install commands", func(t *testing.T) {
-		t.Chdir(root) // the commands run from the repository's root
-		cmds := readmeHelmCommands(t, root, "README.md", filepath.Join("deploy", "helm", "sluice", "README.md"))
-		perFile := map[string]int{}
-		usedExamples := map[string]bool{}
-		multiBroker := false
-		for _, c := range cmds {
-			perFile[c.file]++
-			vals, files := c.values(t)
-			for _, f := range files {
-				usedExamples[filepath.ToSlash(f)] = true
+			w := checkWorker(t, h.sluice, r, secret)
+			if r.docs["Deployment/quakes-sluice-api"] != "" {
+				checkAPI(t, h.sluice, r, secret, w)
 			}
-			for _, cl := range []cluster{fullCluster, bareCluster} {
-				r, err := renderOn(t, chrt, vals, cl)
-				require.NoError(t, err, "%s: rendering on %s", c, cl.name)
-				for key, doc := range r.docs {
-					decodeStrict(t, key, doc)
-				}
-				var secret *corev1.Secret
-				if r.docs["Secret/quakes-sluice-credentials"] != "" {
-					secret = decodeOne[corev1.Secret](t, r, "Secret")
-				}
-				w := checkWorker(t, sluice, r, secret)
-				if r.docs["Deployment/quakes-sluice-api"] != "" {
-					checkAPI(t, sluice, r, secret, w)
-				}
-				multiBroker = multiBroker || strings.Contains(w.env["SLUICE_BROKERS"], ",")
-			}
-			requireLintClean(t, chartDir, vals)
+			multiBroker = multiBroker || strings.Contains(w.env["SLUICE_BROKERS"], ",")
 		}
-		require.GreaterOrEqual(t, perFile["README.md"], 1, "README.md's Kubernetes section installs the chart")
-		require.GreaterOrEqual(t, perFile[filepath.Join("deploy", "helm", "sluice", "README.md")], 4, "the chart README's commands")
-		require.True(t, multiBroker, "some command gives several brokers, the case --set splits at the comma")
-		examples, err := filepath.Glob(filepath.Join("deploy", "helm", "examples", "*.yaml"))
-		require.NoError(t, err)
-		require.NotEmpty(t, examples)
-		for _, f := range examples {
-			require.True(t, usedExamples[filepath.ToSlash(f)], "%s: no README command uses it, so nothing renders it", f)
-		}
+		requireLintClean(t, h.dir, vals)
+	}
+	require.GreaterOrEqual(t, perFile["README.md"], 1, "README.md's Kubernetes section installs the chart")
+	require.GreaterOrEqual(t, perFile[filepath.Join("deploy", "helm", "sluice", "README.md")], 4, "the chart README's commands")
+	require.True(t, multiBroker, "some command gives several brokers, the case --set splits at the comma")
+	examples, err := filepath.Glob(filepath.Join("deploy", "helm", "examples", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, examples)
+	for _, f := range examples {
+		require.True(t, usedExamples[filepath.ToSlash(f)], "%s: no README command uses it, so nothing renders it", f)
+	}
 
-		// What the READMEs said before: Helm splits --set at the comma.
-		_, err = (&helmvalues.Options{Values: []string{"kafka.brokers=b-1:9096,b-2:9096"}}).MergeValues(nil)
-		require.ErrorContains(t, err, "has no value")
-	})
+	// What the READMEs said before: Helm splits --set at the comma.
+	_, err = (&helmvalues.Options{Values: []string{"kafka.brokers=b-1:9096,b-2:9096"}}).MergeValues(nil)
+	require.ErrorContains(t, err, "has no value")
 }
 
 // helmExtras sets every extra of the pods: variables as a list of EnvVar

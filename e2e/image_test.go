@@ -33,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
@@ -80,25 +81,55 @@ func TestReleaseImage(t *testing.T) {
 	require.NoError(t, err)
 	const version, revision = "0.0.0-e2e", "e2e-revision"
 	want := dockerfileLayout(t, filepath.Join(root, "Dockerfile"), map[string]string{"VERSION": version, "REVISION": revision})
+	b := imageBuild{root: root, cache: t.TempDir(), version: version, revision: revision}
 
-	cache := t.TempDir()
-	script := func(args ...string) *exec.Cmd {
-		cmd := exec.Command(filepath.Join(root, "scripts", "image.sh"), args...)
-		cmd.Env = append(os.Environ(), "SLUICE_CACHE="+cache, "VERSION="+version, "REVISION="+revision)
-		return cmd
-	}
+	image := b.load(t)
+	img, cf, files := b.read(t, image)
+	got := builtLayout(t, cf, files, root)
+	require.Equal(t, want, got, "the image built without Docker has the Dockerfile's layout")
+	uid := strings.Split(got.User, ":")[0]
+	checkImageOwnership(t, files, uid)
+	checkPodmanImage(t, image, img)
 
-	// Build and load.
+	b.checkVersion(t)
+	b.checkDemo(t, uid)
+	b.checkDeadLetter(t)
+	b.checkReadOnlyRoot(t)
+}
+
+// imageBuild is a run of scripts/image.sh: the repository it builds, the
+// cache it builds in, and the version and revision it stamps.
+type imageBuild struct {
+	root, cache       string
+	version, revision string
+}
+
+// script returns the command `scripts/image.sh args...`.
+func (b imageBuild) script(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(b.root, "scripts", "image.sh"), args...)
+	cmd.Env = append(os.Environ(), "SLUICE_CACHE="+b.cache, "VERSION="+b.version, "REVISION="+b.revision)
+	return cmd
+}
+
+// load builds the image and loads it into podman, removing it when the
+// test ends, and returns its name.
+func (b imageBuild) load(t *testing.T) string {
+	t.Helper()
 	start := time.Now()
-	out, err := script("load").Output()
+	out, err := b.script("load").Output()
 	require.NoError(t, err, "scripts/image.sh load: %s", stderrOf(err))
 	image := lastLine(out)
-	require.Equal(t, "localhost/sluice:"+version, image)
+	require.Equal(t, "localhost/sluice:"+b.version, image)
 	t.Cleanup(func() { _ = exec.Command("podman", "rmi", "--force", image).Run() })
 	t.Logf("image built and loaded in %s", time.Since(start).Round(time.Millisecond))
+	return image
+}
 
-	// The image as written: its config and its one layer.
-	p, err := layout.FromPath(filepath.Join(cache, "image", "oci"))
+// read returns the image as written in the OCI layout: the image, its
+// config and the entries of its one layer.
+func (b imageBuild) read(t *testing.T, image string) (v1.Image, *v1.ConfigFile, map[string]layerFile) {
+	t.Helper()
+	p, err := layout.FromPath(filepath.Join(b.cache, "image", "oci"))
 	require.NoError(t, err)
 	index, err := p.ImageIndex()
 	require.NoError(t, err)
@@ -118,7 +149,15 @@ func TestReleaseImage(t *testing.T) {
 	require.NoError(t, err)
 	files := readLayer(t, rc)
 	require.NoError(t, rc.Close())
+	return img, cf, files
+}
 
+// builtLayout returns the layout of the image built without Docker, from
+// its config and its layer's files. It checks the binary (the one ELF
+// file: static, stripped, built with -trimpath) and the CA bundle (at the
+// path the environment names, certificates in it).
+func builtLayout(t *testing.T, cf *v1.ConfigFile, files map[string]layerFile, root string) imageLayout {
+	t.Helper()
 	got := imageLayout{
 		User:       cf.Config.User,
 		Entrypoint: cf.Config.Entrypoint,
@@ -127,7 +166,6 @@ func TestReleaseImage(t *testing.T) {
 		Labels:     cf.Config.Labels,
 		Users:      passwdUsers(t, files),
 	}
-	// The binary: the one ELF file, static, stripped, built with -trimpath.
 	for name, f := range files {
 		if f.hdr.Typeflag == tar.TypeReg && bytes.HasPrefix(f.data, []byte("\x7fELF")) {
 			require.Empty(t, got.Binary, "one executable in the image: %s and %s", got.Binary, name)
@@ -135,16 +173,18 @@ func TestReleaseImage(t *testing.T) {
 			checkStaticBinary(t, f, root)
 		}
 	}
-	// The CA bundle: at the path the environment names, certificates in it.
 	got.CABundle = got.Env["SSL_CERT_FILE"]
 	ca, ok := files[got.CABundle]
 	require.True(t, ok, "the CA bundle %s is in the image", got.CABundle)
 	require.Greater(t, countCerts(t, ca.data), 100, "the CA bundle holds the public CAs")
-	require.Equal(t, want, got, "the image built without Docker has the Dockerfile's layout")
+	return got
+}
 
-	// Everything is root's and read-only to the user except /tmp, world-
-	// writable with the sticky bit like any /tmp.
-	uid := strings.Split(got.User, ":")[0]
+// checkImageOwnership checks that everything is root's and read-only to
+// the user uid except /tmp, world-writable with the sticky bit like any
+// /tmp.
+func checkImageOwnership(t *testing.T, files map[string]layerFile, uid string) {
+	t.Helper()
 	var writable []string
 	for name, f := range files {
 		require.Zero(t, f.hdr.Uid, "%s is root's", name)
@@ -156,31 +196,42 @@ func TestReleaseImage(t *testing.T) {
 	require.Equal(t, []string{"/tmp"}, writable, "the one writable path")
 	require.Equal(t, int64(0o1777), files["/tmp"].hdr.Mode)
 	require.Equal(t, byte(tar.TypeDir), files["/tmp"].hdr.Typeflag)
+}
 
-	// podman runs that very image.
+// checkPodmanImage checks that podman runs that very image: the one whose
+// config is img's.
+func checkPodmanImage(t *testing.T, image string, img v1.Image) {
+	t.Helper()
 	id, err := exec.Command("podman", "image", "inspect", "--format", "{{.Id}}", image).Output()
 	require.NoError(t, err, "%s", stderrOf(err))
 	configDigest, err := img.ConfigName()
 	require.NoError(t, err)
 	require.Equal(t, configDigest.Hex, strings.TrimSpace(string(id)))
+}
 
-	// sluice --version in the image, with the root filesystem read-only.
-	start = time.Now()
-	out, err = script("run", "--", "--version").Output()
+// checkVersion runs sluice --version in the image, with the root
+// filesystem read-only.
+func (b imageBuild) checkVersion(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	out, err := b.script("run", "--", "--version").Output()
 	require.NoError(t, err, "%s", stderrOf(err))
-	require.Equal(t, "sluice version "+version+" ("+revision+")", strings.TrimSpace(string(out)))
+	require.Equal(t, "sluice version "+b.version+" ("+b.revision+")", strings.TrimSpace(string(out)))
 	t.Logf("sluice --version ran in %s", time.Since(start).Round(time.Millisecond))
+}
 
-	// The demo in the image: `make demo`'s bulk load, the input mounted
-	// read-only, /tmp a host folder (the summary is read from it), no
-	// network.
-	start = time.Now()
-	cmd := script("demo")
+// checkDemo runs the demo in the image: `make demo`'s bulk load, the input
+// mounted read-only, /tmp a host folder (the summary is read from it), no
+// network. sluice must run as the user uid.
+func (b imageBuild) checkDemo(t *testing.T, uid string) {
+	t.Helper()
+	start := time.Now()
+	cmd := b.script("demo")
 	var demoOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &demoOut, &demoOut
 	require.NoError(t, cmd.Run(), "scripts/image.sh demo:\n%s", demoOut.String())
 	t.Logf("the demo ran in the image in %s:\n%s", time.Since(start).Round(time.Millisecond), summaryLines(demoOut.String()))
-	tmp := filepath.Join(cache, "image", "demo")
+	tmp := filepath.Join(b.cache, "image", "demo")
 	entries, err := os.ReadDir(tmp)
 	require.NoError(t, err)
 	var names []string
@@ -206,28 +257,37 @@ func TestReleaseImage(t *testing.T) {
 	require.Zero(t, summary.Duplicates)
 	require.Zero(t, summary.Throttled, "the sink never throttled")
 	require.LessOrEqual(t, summary.MaxUnits1s, int64(2020), "the sink's busiest second within 1%% of the capacity, 2,000")
+}
 
-	// A dead letter goes to the default dead-letter file, under .sluice/ in the working
-	// directory: /tmp, writable.
+// checkDeadLetter runs a load in the image whose dead letter goes to the
+// default dead-letter file, under .sluice/ in the working directory: /tmp,
+// writable.
+func (b imageBuild) checkDeadLetter(t *testing.T) {
+	t.Helper()
 	dlTmp := t.TempDir()
 	require.NoError(t, os.Chmod(dlTmp, 0o1777))
-	cmd = script("run", "-i", "--network", "none", "--", "bulk-load", "--embedded", "--capacity", "100",
+	cmd := b.script("run", "-i", "--network", "none", "--", "bulk-load", "--embedded", "--capacity", "100",
 		"--topic", "deadletters", "--id-field", "id", "--format", "csv", "-")
 	cmd.Env = append(cmd.Env, "SLUICE_IMAGE_TMP="+dlTmp)
 	cmd.Stdin = strings.NewReader("id,mag\nus1,4.5\n,3.0\n")
-	out, err = cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	require.True(t, errors.As(err, &exit), "a row without an ID is dead-lettered: %v\n%s", err, out)
 	require.Equal(t, 3, exit.ExitCode(), "exit 3: records were dead-lettered\n%s", out)
 	dl, err := os.ReadFile(filepath.Join(dlTmp, ".sluice", "deadletters.dlq.ndjson"))
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(dl), `"value":",3.0"`)
+}
 
-	// A write outside /tmp fails: the root filesystem is read-only.
-	cmd = script("run", "-i", "--network", "none", "--", "bulk-load", "--embedded", "--capacity", "100",
+// checkReadOnlyRoot checks that a write outside /tmp fails in the image:
+// the root filesystem is read-only.
+func (b imageBuild) checkReadOnlyRoot(t *testing.T) {
+	t.Helper()
+	cmd := b.script("run", "-i", "--network", "none", "--", "bulk-load", "--embedded", "--capacity", "100",
 		"--topic", "readonly", "--id-field", "id", "--format", "csv", "--summary-json", "/summary.json", "-")
 	cmd.Stdin = strings.NewReader("id,mag\nus1,4.5\n")
-	out, err = cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
 	require.True(t, errors.As(err, &exit), "a summary written to / fails: %v\n%s", err, out)
 	require.Equal(t, 1, exit.ExitCode(), "%s", out)
 	require.Contains(t, string(out), "open /summary.json: read-only file system")
