@@ -706,7 +706,10 @@ var sinkExamples = map[string]struct{ url, values string }{
 	"azuretables": {"azuretables://quakes.table.core.windows.net?table=events", "secrets: {create: {azureAccountKey: bm90LWEta2V5}}"},
 	"dynamodb": {"dynamodb://quakes?region=eu-west-1",
 		"pool: {unit: cost, cost: 1/KiB}\nserviceAccount: {annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::111122223333:role/sluice'}}"},
-	"s3": {"s3://quakes/2025?region=eu-west-1", "serviceAccount: {annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::111122223333:role/sluice'}}"},
+	"s3":          {"s3://quakes/2025?region=eu-west-1", "serviceAccount: {annotations: {eks.amazonaws.com/role-arn: 'arn:aws:iam::111122223333:role/sluice'}}"},
+	"gs":          {"gs://quakes/2025", "serviceAccount: {annotations: {iam.gke.io/gcp-service-account: sluice@project.iam.gserviceaccount.com}}"},
+	"opensearch":  {"opensearch://search.ingest:9200/quakes", ""},
+	"opensearchs": {"opensearchs://search.example.com:9200/quakes", "secrets: {create: {sinkAuthorization: 'ApiKey bm90LWEta2V5'}}"},
 }
 
 func ptr[T any](v T) *T { return &v }
