@@ -99,30 +99,11 @@ func bulkLoad(c *cli.Context) error {
 	if err != nil {
 		return usageError(fmt.Errorf("--max-dead-letters: %w", err))
 	}
-	in, err := openInput(c, s.worker.IDField, s.rtype, wantedFields(s))
+	in, rows, err := loadInput(c, s)
 	if err != nil {
-		return usageError(err)
+		return err
 	}
 	defer in.Close()
-	if c.Bool("embedded") {
-		if err := checkEmbeddedSize(c, in, s.log); err != nil {
-			return err
-		}
-	}
-	var rows bulkload.Rows = in
-	switch order := c.String("order"); order {
-	case "file":
-	case "interleave":
-		keyOf := func(rec ingest.Record) (string, error) { return rec.ID, nil }
-		if s.sinkKey != nil {
-			keyOf = func(rec ingest.Record) (string, error) { return s.sinkKey.Key(rec.Value) }
-		}
-		if rows, err = bulkload.Interleave(in, keyOf, 0); err != nil {
-			return usageError(err)
-		}
-	default:
-		return usageError(fmt.Errorf("--order: want file or interleave, got %q", order))
-	}
 	ctx := c.Context
 	deadLetterPath := c.String("dead-letter-file")
 	inProcess := false // a service keeps the load's records in this process's memory
@@ -158,18 +139,7 @@ func bulkLoad(c *cli.Context) error {
 		setup.DeadLetterCopy = f
 	}
 	if c.Bool("dry-run") {
-		setup.DryRun = true
-		proc, err := worker.Start(ctx, setup)
-		if err != nil {
-			return dryRunError(startError(err))
-		}
-		defer proc.Close()
-		n, err := countRows(rows)
-		if err != nil {
-			return dryRunError(err)
-		}
-		printPlan(c.App.Writer, proc, []settings{s})
-		return dryRunError(printLoadPlan(c, proc, in, n, loadID))
+		return dryRunLoad(c, setup, s, in, rows, loadID)
 	}
 	proc, err := worker.Start(ctx, setup)
 	if err != nil {
@@ -225,6 +195,59 @@ func defaultDeadLetterFile(summary, topic string) string {
 		dir = filepath.Dir(summary)
 	}
 	return filepath.Join(dir, topic+".dlq.ndjson")
+}
+
+// loadInput opens the inputs (checking the fields the settings read, and,
+// with --embedded, their size), in the --order asked for; in is closed by
+// the caller.
+func loadInput(c *cli.Context, s settings) (_ *bulkload.Input, rows bulkload.Rows, err error) {
+	in, err := openInput(c, s.worker.IDField, s.rtype, wantedFields(s))
+	if err != nil {
+		return nil, nil, usageError(err)
+	}
+	defer func() {
+		if err != nil {
+			_ = in.Close()
+		}
+	}()
+	if c.Bool("embedded") {
+		if err := checkEmbeddedSize(c, in, s.log); err != nil {
+			return nil, nil, err
+		}
+	}
+	switch order := c.String("order"); order {
+	case "file":
+		return in, in, nil
+	case "interleave":
+		keyOf := func(rec ingest.Record) (string, error) { return rec.ID, nil }
+		if s.sinkKey != nil {
+			keyOf = func(rec ingest.Record) (string, error) { return s.sinkKey.Key(rec.Value) }
+		}
+		if rows, err = bulkload.Interleave(in, keyOf, 0); err != nil {
+			return nil, nil, usageError(err)
+		}
+		return in, rows, nil
+	default:
+		return nil, nil, usageError(fmt.Errorf("--order: want file or interleave, got %q", order))
+	}
+}
+
+// dryRunLoad checks a load as worker.Start would bring it up (storing,
+// creating and writing nothing), reads the input through, and prints what
+// would run.
+func dryRunLoad(c *cli.Context, setup worker.Setup, s settings, in *bulkload.Input, rows bulkload.Rows, loadID string) error {
+	setup.DryRun = true
+	proc, err := worker.Start(c.Context, setup)
+	if err != nil {
+		return dryRunError(startError(err))
+	}
+	defer proc.Close()
+	n, err := countRows(rows)
+	if err != nil {
+		return dryRunError(err)
+	}
+	printPlan(c.App.Writer, proc, []settings{s})
+	return dryRunError(printLoadPlan(c, proc, in, n, loadID))
 }
 
 // reportLoad prints the summary (and writes it to --summary-json) with the
