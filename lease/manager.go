@@ -219,6 +219,14 @@ func (m *Manager) SetBacklog(units float64) {
 	m.mu.Unlock()
 }
 
+// Demand returns the demand last announced with SetDemand, in units/s
+// (+Inf: a backlog).
+func (m *Manager) Demand() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.demand
+}
+
 // SetDemand announces how many units/s the worker could use (+Inf with a
 // backlog, 0 when idle). The worker then aims at ceil(demand /
 // PartitionRate) partitions, within its fair share. A rise in the wanted

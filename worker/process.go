@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,6 +59,9 @@ type Setup struct {
 	// within its job's request timeout, opening the connections the
 	// workers will use (bulk loads produce only once the sink works).
 	Preflight bool
+	// Definition says what to do when a job's pool is defined differently
+	// in Redis (lease.DefinitionMode). Default lease.DefinitionAdopt.
+	Definition lease.DefinitionMode
 	// Metrics, when set, reports every worker to Prometheus.
 	Metrics *metrics.Collector
 	// Logger receives the start-up's and the workers' logs. Default:
@@ -119,13 +123,15 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 	}
 	p.Admin = queue.Admin{Brokers: first.Brokers, Conn: first.Kafka}
 	for _, job := range s.Jobs {
-		if job.Config.Pool, err = p.ensurePool(ctx, job.Config.Pool); err != nil {
+		// The sink first: a pool whose capacity comes from the sink is
+		// defined with what it says.
+		if err := p.openSink(ctx, job, s.Preflight); err != nil {
+			return nil, err
+		}
+		if job.Config.Pool, err = p.ensurePool(ctx, job, cmp.Or(s.Definition, lease.DefinitionAdopt)); err != nil {
 			return nil, err
 		}
 		if err := p.Admin.EnsureTopics(ctx, job.Config.Topic, max(job.TopicPartitions, job.Workers, 1)); err != nil {
-			return nil, err
-		}
-		if err := p.openSink(ctx, job, s.Preflight); err != nil {
 			return nil, err
 		}
 		p.Jobs = append(p.Jobs, job)
@@ -139,6 +145,7 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 	}
 	for i := range p.Jobs {
 		job := &p.Jobs[i]
+		job.Config.Logger = cmp.Or(job.Config.Logger, p.log)
 		cfg := &job.Config
 		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Metrics = p.Redis, p.sinks[job.SinkURL], p.DeadLetters, s.Metrics
 		cfg.Logger = cmp.Or(cfg.Logger, p.log)
@@ -155,25 +162,113 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 			built = append(built, w)
 		}
 		p.Workers = append(p.Workers, built)
+		if err := p.attachController(job, built); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
 
-// ensurePool stores pool in every Redis master, or adopts the definition
-// stored there already and says so.
-func (p *Process) ensurePool(ctx context.Context, pool lease.Pool) (lease.Pool, error) {
+// ensurePool defines job's pool in every Redis master (lease.DefinePool)
+// and returns the definition in force, saying what it did. A pool whose
+// capacity comes from the sink is defined with the sink's reading (its
+// floor, or 1 unit/s, while a REST API has not answered yet); a probe
+// starts at its floor. With lease.DefinitionApply a pending live change is
+// waited for (at most a lease TTL) and the definition applied after it.
+func (p *Process) ensurePool(ctx context.Context, job Job, mode lease.DefinitionMode) (lease.Pool, error) {
+	pool := job.Config.Pool
+	switch pool.Source.Kind {
+	case lease.SourceSink:
+		reader, ok := p.sinks[job.SinkURL].(lease.CapacityReader)
+		if !ok {
+			return pool, &ConfigError{Field: "Pool.Source", Err: fmt.Errorf("sink %s cannot tell its capacity: give a number or probe", sink.Redact(job.SinkURL))}
+		}
+		rctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		v, from, err := reader.SinkCapacity(rctx)
+		cancel()
+		if err != nil {
+			return pool, fmt.Errorf("read the capacity of sink %s: %w", sink.Redact(job.SinkURL), err)
+		}
+		pool.Capacity, pool.From = max(pool.Source.Floor, 1), ""
+		if v > 0 {
+			pool.Capacity, pool.From = v, from
+			if pool.Source.Ceiling > 0 {
+				pool.Capacity = min(pool.Capacity, pool.Source.Ceiling)
+			}
+			pool.Capacity = max(pool.Capacity, pool.Source.Floor)
+		}
+	case lease.SourceProbe:
+		pool.Capacity = pool.Source.Floor
+		if pool.Capacity == 0 {
+			pool.Capacity = lease.DefaultProbeFloor
+		}
+	}
+	by := job.Config.WorkerID
+	if by == "" && job.WorkerID != nil {
+		by = job.WorkerID(0)
+	}
+	if by == "" {
+		by, _ = os.Hostname()
+	}
+	lead := max(cmp.Or(pool.TTL, lease.DefaultTTL)/3, time.Second)
+	given := pool
 	for _, c := range p.Redis {
-		stored, err := lease.EnsurePool(ctx, c, "", pool)
+		var (
+			stored  lease.Pool
+			outcome lease.Defined
+			err     error
+		)
+		for deadline := time.Now().Add(cmp.Or(pool.TTL, lease.DefaultTTL)); ; {
+			stored, outcome, err = lease.DefinePool(ctx, c, "", given, mode, by, lead, time.Now())
+			if !errors.Is(err, lease.ErrSwitchPending) || time.Now().After(deadline) {
+				break
+			}
+			select { // an earlier change switches within its lead
+			case <-ctx.Done():
+				return pool, context.Cause(ctx)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 		if err != nil {
 			return pool, err
 		}
-		if stored.Capacity != pool.Capacity || stored.Partitions != pool.Partitions {
+		switch outcome {
+		case lease.Adopted:
 			p.log.Info("pool defined differently in Redis; running with the stored definition",
-				"pool", stored.Name, "stored", stored.String(), "given", pool.String())
-			pool = stored
+				"pool", stored.Name, "stored", stored.String(), "given", given.String())
+		case lease.Applied:
+			attrs := []any{"pool", stored.Name, "definition", stored.String()}
+			if sw := stored.Switch; sw != nil {
+				attrs = append(attrs, "switch_at", sw.At, "capacity_before", sw.Capacity, "partitions_before", sw.Partitions)
+			}
+			p.log.Info("pool definition applied as a live change", attrs...)
 		}
+		pool = stored
 	}
 	return pool, nil
+}
+
+// attachController runs the capacity controller of a job whose pool's
+// capacity comes from a source beside its first worker.
+func (p *Process) attachController(job *Job, built []*Worker) error {
+	pool := job.Config.Pool
+	if !pool.Source.On() || len(built) == 0 {
+		return nil
+	}
+	var reader lease.CapacityReader
+	if pool.Source.Kind == lease.SourceSink {
+		r, ok := p.sinks[job.SinkURL].(lease.CapacityReader)
+		if !ok {
+			return &ConfigError{Field: "Pool.Source", Err: fmt.Errorf("sink %s cannot tell its capacity: give a number or probe", sink.Redact(job.SinkURL))}
+		}
+		reader = r
+	}
+	ctrl, err := NewController(pool, p.Redis, reader, job.Config.Logger, built...)
+	if err != nil {
+		return err
+	}
+	built[0].Attach(ctrl)
+	return nil
 }
 
 // openSink opens job's sink unless a job before it uses the same URL and,
