@@ -426,6 +426,9 @@ type account struct {
 	answers    int64
 	backlogged int // buckets in which a worker had a backlog
 	buckets    int
+	// lastSecond is the units per second accepted over the last two
+	// buckets when the last of them was throttled, else 0.
+	lastSecond float64
 }
 
 // rate is the units sent per second.
@@ -472,8 +475,20 @@ func (c *Controller) readAccount(ctx context.Context, from, to time.Time) (accou
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return a, fmt.Errorf("lease: read capacity observations: %w", err)
 	}
-	for _, cmd := range cmds {
+	var prevAccepted float64
+	for i, cmd := range cmds {
 		m := cmd.Val()
+		u, _ := strconv.ParseFloat(m["u"], 64)
+		at, _ := strconv.ParseInt(m["a"], 10, 64)
+		th, _ := strconv.ParseInt(m["t"], 10, 64)
+		acc := u
+		if at > 0 {
+			acc = u * float64(at-th) / float64(at)
+		}
+		if i == len(cmds)-1 && i > 0 && th > 0 {
+			a.lastSecond = (prevAccepted + acc) / (2 * obsBucket).Seconds()
+		}
+		prevAccepted = acc
 		a.buckets++
 		a.span += obsBucket
 		f, _ := strconv.ParseFloat(m["u"], 64)
@@ -598,7 +613,7 @@ func probeStep(p Pool, st probeState, a account, now time.Time) (float64, probeS
 		lat > time.Duration(DefaultLatencyRise*float64(st.BaseLatency)) && lat-st.BaseLatency > latencyFloor
 	if a.throttled > 0 || latencyOnset {
 		level := cur
-		accepted := a.accepted()
+		accepted := max(a.accepted(), a.lastSecond)
 		if latencyOnset {
 			accepted = min(accepted, cur) // the sink kept up, slower: settle below the level
 		}

@@ -39,8 +39,8 @@ const (
 	// DefaultProbeFloor is where probing starts, in units/s: 100.
 	DefaultProbeFloor = 100
 	// DefaultProbeMargin is how far below the onset of throttling a probe
-	// settles: 5 %.
-	DefaultProbeMargin = 0.05
+	// settles: 3 %.
+	DefaultProbeMargin = 0.03
 	// DefaultReprobe is how long a probe stays settled before it raises
 	// again (slowly, by the margin each step): 10 min. Within it the
 	// capacity never returns to a level that was throttled.
