@@ -148,6 +148,9 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 func (s PoolStatus) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %s: %s (%v %s/s per partition)\n", s.Pool.Name, s.Pool, s.PartitionRate, s.Pool.Unit)
+	if s.Pool.Source.On() || s.Pool.From != "" {
+		fmt.Fprintf(&b, "%s\n", s.Pool.CapacityLine())
+	}
 	if s.EffectiveRate != s.Pool.Capacity {
 		fmt.Fprintf(&b, "effective rate: %v %s/s (ramping up)\n", s.EffectiveRate, s.Pool.Unit)
 	}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -137,7 +136,7 @@ func bulkLoad(c *cli.Context) error {
 		WorkerID: func(i int) string { return fmt.Sprintf("bulk-%s-%d", workerPrefix, i) }}
 	job.Config.Counters, job.Config.LeaseAhead, job.Config.Start = counters, true, start
 	job.Config.StallTimeout = cmp.Or(job.Config.StallTimeout, c.Duration("sink-timeout"))
-	setup := worker.Setup{Redis: s.redis, Jobs: []worker.Job{job}, Preflight: true, Metrics: col, Logger: s.log}
+	setup := worker.Setup{Redis: s.redis, Jobs: []worker.Job{job}, Preflight: true, Definition: s.define, Metrics: col, Logger: s.log}
 	if deadLetterPath != "" {
 		f := bulkload.NewDeadLetterFile(deadLetterPath)
 		defer f.Close()
@@ -273,7 +272,7 @@ func realServicesCommand(c *cli.Context) string {
 	var b strings.Builder
 	b.WriteString("scripts/kafka.sh start; scripts/redis.sh start; ")
 	if !c.IsSet("sink") {
-		fmt.Fprintf(&b, "sluice sink-sim --capacity %s & ", strconv.FormatFloat(c.Float64("capacity"), 'f', -1, 64))
+		fmt.Fprintf(&b, "sluice sink-sim --capacity %s & ", c.String("capacity"))
 	}
 	b.WriteString("sluice bulk-load")
 	names := c.FlagNames()

@@ -22,6 +22,7 @@ import (
 type settings struct {
 	log      *slog.Logger
 	redis    lease.RedisConfig
+	define   lease.DefinitionMode
 	sinkURL  string
 	sinkOpts sink.OpenConfig
 	worker   worker.Config
@@ -50,7 +51,7 @@ func workerSettings(c *cli.Context) ([]settings, error) {
 		s, err := readSettings(c)
 		return []settings{s}, err
 	}
-	for _, flag := range []string{"topic", "id-field", "pool", "capacity", "unit", "cost", "partitions", "lease-ttl", "reserved-partitions"} {
+	for _, flag := range []string{"topic", "id-field", "pool", "capacity", "capacity-floor", "capacity-ceiling", "capacity-every", "probe-margin", "probe-reprobe", "unit", "cost", "partitions", "lease-ttl", "reserved-partitions"} {
 		if c.IsSet(flag) {
 			return nil, fmt.Errorf("--%s: with several --type each type's value comes from %s", flag, c.String("types"))
 		}
@@ -94,6 +95,7 @@ var flagOf = map[string]string{
 	"Pool.TTL":         "--lease-ttl",
 	"Pool.Unit":        "--unit",
 	"Pool.Ramp":        "--ramp",
+	"Pool.Source":      "--capacity, --capacity-floor, --capacity-ceiling, --capacity-every, --probe-margin, --probe-reprobe",
 	"RequestTimeout, Grace, ReadyAfter, StallTimeout": "--request-timeout, --grace, --ready-after, --stall-timeout",
 }
 
@@ -125,16 +127,25 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
+	capacity, source, err := readCapacity(c)
+	if err != nil {
+		return settings{}, err
+	}
+	define, err := lease.ParseDefinitionMode(cc.String("pool-definition"))
+	if err != nil {
+		return settings{}, fmt.Errorf("--pool-definition: %w", err)
+	}
 	s := settings{
 		log:     log,
 		redis:   redisCfg,
+		define:  define,
 		sinkURL: c.String("sink"),
 		worker: worker.Config{
 			Brokers:          brokers,
 			Kafka:            kafka,
 			Topic:            c.String("topic"),
 			Group:            c.String("group"),
-			Pool:             lease.Pool{Name: c.String("pool"), Capacity: c.Float64("capacity"), Unit: unit, Partitions: c.Int("partitions"), TTL: c.Duration("lease-ttl"), Ramp: ramp},
+			Pool:             lease.Pool{Name: c.String("pool"), Capacity: capacity, Unit: unit, Partitions: c.Int("partitions"), TTL: c.Duration("lease-ttl"), Ramp: ramp, Source: source},
 			Reserved:         c.Int("reserved-partitions"),
 			Pricing:          pricing,
 			IDField:          c.String("id-field"),
@@ -180,7 +191,52 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 		return s, err
 	}
 	s.sinkOpts.Unit = unit
+	if source.Kind == lease.SourceSink {
+		if err := sink.CheckCapacitySource(s.sinkURL, unit, s.sinkOpts.REST.Array); err != nil {
+			return s, fmt.Errorf("--capacity sink: %w", err)
+		}
+	}
 	return s, nil
+}
+
+// readCapacity reads --capacity (a number, sink or probe; a types file's
+// pool gives a number) and the capacity source's flags.
+func readCapacity(c flagValues) (float64, lease.Source, error) {
+	var (
+		capacity float64
+		kind     lease.SourceKind
+		err      error
+	)
+	if v, ok := c.typed["capacity"].(float64); ok {
+		capacity = v
+	} else if capacity, kind, err = lease.ParseCapacity(c.String("capacity")); err != nil {
+		if c.String("capacity") == "" {
+			err = errors.New("required: a number of units/s, sink (read it from the sink) or probe (find it)")
+		}
+		return 0, lease.Source{}, fmt.Errorf("--capacity: %w", err)
+	}
+	src := lease.Source{Kind: kind}
+	if kind == lease.SourceNumber {
+		for _, flag := range []string{"capacity-floor", "capacity-ceiling", "capacity-every", "probe-margin", "probe-reprobe"} {
+			if c.IsSet(flag) {
+				return 0, src, fmt.Errorf("--%s: only with --capacity sink or probe", flag)
+			}
+		}
+		return capacity, src, nil
+	}
+	if kind == lease.SourceSink {
+		for _, flag := range []string{"probe-margin", "probe-reprobe"} {
+			if c.IsSet(flag) {
+				return 0, src, fmt.Errorf("--%s: only with --capacity probe", flag)
+			}
+		}
+	}
+	src.Floor, src.Ceiling, src.Every = c.Float64("capacity-floor"), c.Float64("capacity-ceiling"), c.Duration("capacity-every")
+	src.Margin, src.Reprobe = c.Float64("probe-margin"), c.Duration("probe-reprobe")
+	// A placeholder until the pool is defined: the worker reads the sink
+	// or starts the probe at its floor.
+	capacity = max(src.Floor, src.Ceiling, 1)
+	return capacity, src, nil
 }
 
 // readRamp reads --ramp and the --ramp-* flags; a preset's fields are
@@ -221,7 +277,11 @@ func startError(err error) error {
 	switch {
 	case errors.Is(err, lease.ErrInvalidConfig):
 		return usageError(fmt.Errorf("--redis-*: %w", err))
-	case errors.Is(err, worker.ErrConfig), errors.Is(err, lease.ErrPoolMismatch), errors.Is(err, lease.ErrInvalidPool):
+	case errors.Is(err, lease.ErrPoolMismatch):
+		return usageError(fmt.Errorf("%w; --pool-definition apply changes the pool live to this worker's definition", err))
+	case errors.Is(err, lease.ErrPoolFlapping):
+		return usageError(fmt.Errorf("%w (--pool-definition adopt)", err))
+	case errors.Is(err, worker.ErrConfig), errors.Is(err, lease.ErrInvalidPool):
 		return usageError(err)
 	}
 	return err
