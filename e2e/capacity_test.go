@@ -5,6 +5,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	dtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/lease"
@@ -237,4 +241,103 @@ func TestProbeFindsTheSinksCapacity(t *testing.T) {
 	require.LessOrEqual(t, converged.Sub(began), 30*time.Second, "within 30 s")
 	require.LessOrEqual(t, float64(st.Throttled), 0.02*float64(sends), "throttled attempts ≤ 2 %% of the sends")
 	require.LessOrEqual(t, after, int64(capacity), "no sliding second over 1,500 after convergence")
+}
+
+// busiestBetween returns the most units that reached the meter in any
+// sliding second lying within [from, to).
+func (m *meter) busiestBetween(from, to time.Time) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var most int64
+	for i, at := range m.at {
+		if at.Before(from) || at.Add(time.Second).After(to) {
+			continue
+		}
+		var sum int64
+		for j := i; j < len(m.at) && m.at[j].Sub(at) < time.Second; j++ {
+			sum += m.n[j]
+		}
+		most = max(most, sum)
+	}
+	return most
+}
+
+// total returns the units that reached the meter so far.
+func (m *meter) total() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var sum int64
+	for _, n := range m.n {
+		sum += n
+	}
+	return sum
+}
+
+// Issue 28: a pool whose capacity is the DynamoDB table's. The table is
+// created at 200 WCU and the USGS file bulk-loaded with --capacity sink
+// (WCU: --unit cost --cost 1/KiB, read every 2 s): the pool runs at 200.
+// UpdateTable to 100 WCU mid-load: from one poll interval and a second
+// after it, no sliding second at DynamoDB Local's door holds more than
+// 100 WCU. Back to 300: the pool follows at the switch instant (and uses
+// it). Every record is stored once.
+func TestCapacityFollowsTheDynamoDBTable(t *testing.T) {
+	t.Parallel()
+	const poll = 2 * time.Second
+	e := newEnv(t, 200, 4, 6*time.Second)
+	awsEnv()
+	m := newMeter(t, dynamoEndpoint, dynamoUnits)
+	client := dynamodb.NewFromConfig(awsConfig(t), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(dynamoEndpoint) })
+	table := e.name
+	_, err := client.CreateTable(t.Context(), &dynamodb.CreateTableInput{
+		TableName:            aws.String(table),
+		AttributeDefinitions: []dtypes.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: dtypes.ScalarAttributeTypeS}},
+		KeySchema:            []dtypes.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: dtypes.KeyTypeHash}},
+		BillingMode:          dtypes.BillingModeProvisioned,
+		ProvisionedThroughput: &dtypes.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(5), WriteCapacityUnits: aws.Int64(200)},
+	})
+	require.NoError(t, err)
+	setWCU := func(wcu int64) time.Time {
+		_, err := client.UpdateTable(t.Context(), &dynamodb.UpdateTableInput{TableName: aws.String(table),
+			ProvisionedThroughput: &dtypes.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(5), WriteCapacityUnits: aws.Int64(wcu)}})
+		require.NoError(t, err)
+		return time.Now()
+	}
+	sinkURL := "dynamodb://" + table + "?region=us-east-1&endpoint=" + url.QueryEscape(m.srv.URL)
+	args, summary, _ := e.bulkLoadArgs(sinkURL, usgs, "--unit", "cost", "--cost", "1/KiB", "--capacity-every", poll.String())
+	load := e.start("bulk-load", withFlag(args, "--capacity", "sink")...)
+
+	require.Eventually(t, func() bool { return e.poolCapacity() == 200 }, 30*time.Second, 100*time.Millisecond, "the pool runs at the table's 200 WCU")
+	st := e.pool()
+	t.Logf("pool status: %s", st.Pool.CapacityLine())
+	require.Equal(t, "capacity 200 cost/s (from DynamoDB table "+table+": 200 WCU)", st.Pool.CapacityLine())
+	require.Eventually(t, func() bool { return m.total() >= 1500 }, time.Minute, 50*time.Millisecond)
+	began200 := time.Now()
+	time.Sleep(4 * time.Second)
+	down := setWCU(100)
+	at200 := m.busiestBetween(began200, down)
+	require.Eventually(t, func() bool { return e.poolCapacity() == 100 }, poll+time.Second, 50*time.Millisecond, "the pool follows the table down within a poll interval")
+	time.Sleep(12 * time.Second)
+	up := setWCU(300)
+	at100 := m.busiestBetween(down.Add(poll+time.Second), up)
+	require.Eventually(t, func() bool { return e.poolCapacity() == 300 }, poll+time.Second, 50*time.Millisecond, "the pool follows the table up")
+	st = e.pool()
+	require.NotNil(t, st.Pool.Switch)
+	switchAt := st.Pool.Switch.At
+	code, ok := load.wait(2 * time.Minute)
+	require.True(t, ok, "the load did not finish")
+	require.Zero(t, code)
+	beforeSwitch := m.busiestBetween(up, switchAt)
+	at300 := m.busiestBetween(switchAt, time.Now())
+	s := readSummaryFile(t, summary)
+	t.Logf("busiest second at the door: %d at 200 WCU, %d from a poll and a second after the change to 100 WCU, %d from the change to 300 until its switch at +%s, %d after it",
+		at200, at100, beforeSwitch, switchAt.Sub(up).Round(time.Millisecond), at300)
+	t.Logf("summary: delivered %d, duplicates %d, dead-lettered %d, throttled %d", s.RecordsDelivered, s.DuplicatesAtSink, s.RecordsDeadLettered, s.SinkThrottled)
+	require.EqualValues(t, usgsRecords, s.RecordsDelivered, "every record stored once")
+	require.Zero(t, s.RecordsDeadLettered)
+	require.LessOrEqual(t, at200, int64(200))
+	require.Greater(t, at200, int64(180), "the pool used the table's 200 WCU")
+	require.LessOrEqual(t, at100, int64(100), "≤ 100 WCU from one poll interval + one second after the change")
+	require.LessOrEqual(t, beforeSwitch, int64(100), "the raise waits for its switch instant")
+	require.LessOrEqual(t, at300, int64(300))
+	require.Greater(t, at300, int64(250), "the pool used the table's 300 WCU")
 }
