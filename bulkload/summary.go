@@ -91,6 +91,9 @@ func (l *Load) summary(ctx context.Context, s Summary, p Produced, start map[int
 	s.RecordsDeadLettered = t.DeadLettered + p.DeadLettered
 	s.SinkRequests, s.SinkRecordAttempts, s.SinkThrottled, s.SinkFailedWrites = t.Requests, t.Attempts, t.Throttled, t.FailedWrites
 	s.Unit, s.CapacityUnitsPerS, s.CostTotal = string(l.cfg.Unit), l.cfg.Capacity, t.UnitsDelivered
+	if l.cfg.CapacityNow != nil {
+		s.CapacityUnitsPerS = l.cfg.CapacityNow()
+	}
 	s.ElapsedS = t.Elapsed().Seconds()
 	s.SendMaxUnits1s = t.MaxSent1s
 	s.LatencyP99MS, s.LatencyMaxMS = ms(t.LatencyP99), ms(t.LatencyMax)

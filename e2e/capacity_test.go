@@ -5,10 +5,14 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +22,7 @@ import (
 	dtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/sinkwire"
 )
@@ -340,4 +345,79 @@ func TestCapacityFollowsTheDynamoDBTable(t *testing.T) {
 	require.LessOrEqual(t, beforeSwitch, int64(100), "the raise waits for its switch instant")
 	require.LessOrEqual(t, at300, int64(300))
 	require.Greater(t, at300, int64(250), "the pool used the table's 300 WCU")
+}
+
+// quotaAPI is a REST API that announces its quota in every answer
+// (RateLimit-Policy) and enforces it over a sliding second (429 beyond
+// it): it stores each record ID once (a repeat is 409) and keeps the
+// stored requests' arrival times.
+type quotaAPI struct {
+	srv    *httptest.Server
+	limit  int64
+	policy string
+
+	mu        sync.Mutex
+	start     time.Time
+	window    ingest.Window // requests admitted in the last second
+	stored    map[string]bool
+	throttled int
+}
+
+func newQuotaAPI(t *testing.T, limit int64, policy string) *quotaAPI {
+	a := &quotaAPI{limit: limit, policy: policy, start: time.Now(), window: ingest.NewWindow(time.Second), stored: map[string]bool{}}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("RateLimit-Policy", a.policy)
+		id := strings.TrimPrefix(r.URL.Path, "/items/")
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		at := time.Since(a.start)
+		if a.window.Sum(at)+1 > a.limit {
+			a.throttled++
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		a.window.Add(at, 1)
+		if a.stored[id] {
+			w.WriteHeader(http.StatusConflict)
+			return
+		}
+		a.stored[id] = true
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// Issue 28: a REST API that announces `RateLimit-Policy: 500;w=1` in its
+// answers. A bulk load with --capacity sink starts at a token rate, and
+// from the first answer on the pool's capacity is 500 records/s; the
+// busiest second at the API holds at most 500 and the API throttles
+// nothing. Every record is stored once.
+func TestCapacityFromARESTAPIsRateLimitPolicy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 500, 10, 6*time.Second)
+	api := newQuotaAPI(t, 500, "500;w=1")
+	args, summary, _ := e.bulkLoadArgs("rest+"+api.srv.URL+"/items/{id}", usgs)
+	began := time.Now()
+	load := e.start("bulk-load", withFlag(args, "--capacity", "sink")...)
+	require.Eventually(t, func() bool { return e.poolCapacity() == 500 }, 30*time.Second, 50*time.Millisecond, "the pool takes the API's limit")
+	learnt := time.Since(began)
+	st := e.pool()
+	t.Logf("capacity 500 after %s: %s", learnt.Round(time.Millisecond), st.Pool.CapacityLine())
+	require.Equal(t, "capacity 500 records/s (from the REST API "+api.srv.URL+"/items/{…}: RateLimit-Policy 500;w=1)", st.Pool.CapacityLine())
+	code, ok := load.wait(2 * time.Minute)
+	require.True(t, ok, "the load did not finish")
+	require.Zero(t, code)
+	s := readSummaryFile(t, summary)
+	api.mu.Lock()
+	busiest, stored, throttled := api.window.Max(), len(api.stored), api.throttled
+	api.mu.Unlock()
+	t.Logf("API: %d stored, busiest second %d requests, %d throttled; summary: delivered %d, dead-lettered %d, utilization %.3f",
+		stored, busiest, throttled, s.RecordsDelivered, s.RecordsDeadLettered, s.Utilization)
+	require.Equal(t, usgsRecords, stored, "every record stored once")
+	require.EqualValues(t, usgsRecords, s.RecordsDelivered)
+	require.LessOrEqual(t, busiest, int64(500), "busiest second at the API")
+	require.Zero(t, throttled, "the API throttled nothing")
 }

@@ -161,6 +161,10 @@ func bulkLoad(c *cli.Context) error {
 		Topic: s.worker.Topic, Group: s.worker.Group, Capacity: pool.Capacity, Unit: pool.Unit,
 		IDField: s.worker.IDField, LoadID: loadID, MaxDeadLetters: limit, SinkTimeout: c.Duration("sink-timeout"), Logger: s.log,
 	}
+	if pool.Source.On() && len(proc.Workers[0]) > 0 {
+		lm := proc.Workers[0][0].Lease()
+		cfg.CapacityNow = func() float64 { return lm.Pool().Capacity }
+	}
 	if f, ok := c.App.ErrWriter.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Bar = f
 	}
