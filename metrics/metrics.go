@@ -31,6 +31,7 @@
 //	sluice_consumer_lag_records                  gauge    records waiting in the queue beyond those fetched (-1 unknown)
 //	sluice_eta_seconds                           gauge    lag ÷ the leased rate in records/s (-1 when unknown or no rate)
 //	sluice_batch_duration_seconds                histogram sink write attempts, by duration (seconds)
+//	sluice_capacity_read_failures_total          counter  times the sink did not answer the capacity query of a pool with --capacity sink (the pool keeps its last value)
 //
 // Units are the pool's unit (records, bytes or cost units such as RU).
 package metrics
@@ -78,6 +79,7 @@ type Collector struct {
 	workers  []Worker
 	counters map[string]*ingest.Counters // pool → totals
 	batch    *prometheus.HistogramVec
+	readers  map[string]func() int64 // pool → capacity read failures
 }
 
 // New returns a Collector and registers it, with its batch histogram, on
@@ -107,6 +109,16 @@ func (c *Collector) Add(w Worker, counters *ingest.Counters) {
 	if counters != nil {
 		c.counters[w.Pool] = counters
 	}
+}
+
+// AddCapacityReads reports the capacity read failures of pool's
+// controller (lease.Controller.ReadFailures). Call it before the first
+// scrape.
+func (c *Collector) AddCapacityReads(pool string, failures func() int64) {
+	if c.readers == nil {
+		c.readers = map[string]func() int64{}
+	}
+	c.readers[pool] = failures
 }
 
 // ObserveWrite returns a hook for pipeline.Config.ObserveWrite that
@@ -145,13 +157,14 @@ var (
 	descReady      = prometheus.NewDesc("sluice_ready", "1 while the worker can make progress, 0 once a failure has lasted its ready threshold.", workerLabels, nil)
 	descSendMax    = prometheus.NewDesc("sluice_send_max_units_1s", "The most units sent in any sliding second so far, at send time.", poolLabels, nil)
 	descLatency    = prometheus.NewDesc("sluice_send_latency_p99_seconds", "99th percentile of the latest send-to-answer latencies, in seconds.", poolLabels, nil)
+	descReadFails  = prometheus.NewDesc("sluice_capacity_read_failures_total", "Times the sink did not answer the pool's capacity query (the pool keeps its last value).", poolLabels, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descEffective, descLeased, descHeld, descMissing, descEvents,
 		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descResults, descRetries, descHotRanges, descRangeCuts,
-		descSinkState, descPaused, descReady, descSendMax, descLatency} {
+		descSinkState, descPaused, descReady, descSendMax, descLatency, descReadFails} {
 		ch <- d
 	}
 }
@@ -219,6 +232,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRetries, t.Retried, pool)
 		counter(descHotRanges, t.HotRanges, pool)
 		counter(descRangeCuts, t.RangeCuts, pool)
+	}
+	for pool, failures := range c.readers {
+		counter(descReadFails, failures(), pool)
 	}
 }
 

@@ -162,7 +162,7 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 			built = append(built, w)
 		}
 		p.Workers = append(p.Workers, built)
-		if err := p.attachController(job, built); err != nil {
+		if err := p.attachController(job, built, s.Metrics); err != nil {
 			return nil, err
 		}
 	}
@@ -250,7 +250,7 @@ func (p *Process) ensurePool(ctx context.Context, job Job, mode lease.Definition
 
 // attachController runs the capacity controller of a job whose pool's
 // capacity comes from a source beside its first worker.
-func (p *Process) attachController(job *Job, built []*Worker) error {
+func (p *Process) attachController(job *Job, built []*Worker, col *metrics.Collector) error {
 	pool := job.Config.Pool
 	if !pool.Source.On() || len(built) == 0 {
 		return nil
@@ -268,6 +268,9 @@ func (p *Process) attachController(job *Job, built []*Worker) error {
 		return err
 	}
 	built[0].Attach(ctrl)
+	if col != nil && pool.Source.Kind == lease.SourceSink {
+		col.AddCapacityReads(pool.Name, ctrl.ReadFailures)
+	}
 	return nil
 }
 
