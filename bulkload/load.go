@@ -59,7 +59,7 @@ type Config struct {
 	// during the load: the summary is judged against the one in force at
 	// its end. Default: Capacity.
 	CapacityNow func() float64
-	Unit     ingest.Unit
+	Unit        ingest.Unit
 	// IDField names the field the IDs come from, for the report.
 	IDField string
 	// LoadID names the load for Progress (see LoadID); "" without resume.

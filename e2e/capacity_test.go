@@ -294,10 +294,10 @@ func TestCapacityFollowsTheDynamoDBTable(t *testing.T) {
 	client := dynamodb.NewFromConfig(awsConfig(t), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(dynamoEndpoint) })
 	table := e.name
 	_, err := client.CreateTable(t.Context(), &dynamodb.CreateTableInput{
-		TableName:            aws.String(table),
-		AttributeDefinitions: []dtypes.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: dtypes.ScalarAttributeTypeS}},
-		KeySchema:            []dtypes.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: dtypes.KeyTypeHash}},
-		BillingMode:          dtypes.BillingModeProvisioned,
+		TableName:             aws.String(table),
+		AttributeDefinitions:  []dtypes.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: dtypes.ScalarAttributeTypeS}},
+		KeySchema:             []dtypes.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: dtypes.KeyTypeHash}},
+		BillingMode:           dtypes.BillingModeProvisioned,
 		ProvisionedThroughput: &dtypes.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(5), WriteCapacityUnits: aws.Int64(200)},
 	})
 	require.NoError(t, err)
