@@ -426,9 +426,10 @@ type account struct {
 	answers    int64
 	backlogged int // buckets in which a worker had a backlog
 	buckets    int
-	// lastSecond is the units per second accepted over the last two
-	// buckets when the last of them was throttled, else 0.
-	lastSecond float64
+	// bestSecond is the most units per second accepted over two
+	// consecutive buckets (a second) the later of which was throttled: the
+	// sink was full then. 0 without such a pair.
+	bestSecond float64
 }
 
 // rate is the units sent per second.
@@ -485,8 +486,8 @@ func (c *Controller) readAccount(ctx context.Context, from, to time.Time) (accou
 		if at > 0 {
 			acc = u * float64(at-th) / float64(at)
 		}
-		if i == len(cmds)-1 && i > 0 && th > 0 {
-			a.lastSecond = (prevAccepted + acc) / (2 * obsBucket).Seconds()
+		if i > 0 && th > 0 {
+			a.bestSecond = max(a.bestSecond, (prevAccepted+acc)/(2*obsBucket).Seconds())
 		}
 		prevAccepted = acc
 		a.buckets++
@@ -557,9 +558,9 @@ func (c *Controller) probe(ctx context.Context, p Pool, now time.Time) (float64,
 	if sw := p.Switch; sw != nil && sw.At.Add(probeSettle).After(from) {
 		from = sw.At.Add(probeSettle)
 	}
-	// The current bucket may still get reports: look up to the last bucket
-	// that ended a tick ago.
-	a, err := c.readAccount(ctx, from, now.Add(-c.cfg.Tick))
+	// The current bucket is read too, though it may still get reports: a
+	// throttle that just began counts at once.
+	a, err := c.readAccount(ctx, from, now.Add(obsBucket))
 	if err != nil {
 		return 0, st, "", err
 	}
@@ -613,7 +614,7 @@ func probeStep(p Pool, st probeState, a account, now time.Time) (float64, probeS
 		lat > time.Duration(DefaultLatencyRise*float64(st.BaseLatency)) && lat-st.BaseLatency > latencyFloor
 	if a.throttled > 0 || latencyOnset {
 		level := cur
-		accepted := max(a.accepted(), a.lastSecond)
+		accepted := max(a.accepted(), a.bestSecond)
 		if latencyOnset {
 			accepted = min(accepted, cur) // the sink kept up, slower: settle below the level
 		}
