@@ -193,6 +193,12 @@ func TestDisagreeingDeploymentsAreRefused(t *testing.T) {
 // then on), throttled attempts are at most 2 % of the sends over the run,
 // and from the convergence on no sliding second at the sink holds more
 // than 1,500. Every record is stored once, none dead-lettered.
+//
+// Not met reliably on the wall clock: the probe estimates the sink's
+// capacity from what it accepted while the workers were being throttled,
+// and the workers' own reaction to throttling (the sink paused, the rate
+// cut) makes that estimate pessimistic by up to 15 %; runs have settled
+// between 1,287 and 1,495 (see the report of the branch that added it).
 func TestProbeFindsTheSinksCapacity(t *testing.T) {
 	t.Parallel()
 	const n, capacity = 60000, 1500
