@@ -90,8 +90,8 @@ const obsKeep = 2 * time.Minute
 //
 // Every process that runs workers of the pool runs one Controller. Every
 // Source.Every one of them, whichever asks first, takes the pool's turn (a
-// script that compares the last decision's time, in Redis's own clock,
-// with the interval and records the new one atomically) and decides:
+// script that compares the last decision's time with the interval and
+// records the new one atomically) and decides:
 //
 //   - SourceSink: it reads the sink (CapacityReader), bounded by the floor
 //     and the ceiling, and stores a value that differs. A sink that does
@@ -236,12 +236,14 @@ func (c *Controller) sinkMoved(ctx context.Context) bool {
 }
 
 // turnScript takes the pool's capacity turn: when at least ARGV[2] ms
-// (Redis's clock) passed since the last decision, it records this one by
-// worker ARGV[1] and returns 1; it also returns the ms until the next turn
-// is due by ARGV[3], the interval.
+// passed since the last decision by the clock of the process asking
+// (ARGV[4], Unix ms; TIME is not among the commands a sluice ACL user may
+// run), it records this one by worker ARGV[1] and returns 1; it also
+// returns the ms until the next turn is due by ARGV[3], the interval. A
+// clock that differs between hosts only shifts the cadence: every
+// decision is written with a compare-and-set (UpdatePool).
 var turnScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(ARGV[4])
 local last = tonumber(redis.call('HGET', KEYS[1], 'decided') or '0')
 local gap = tonumber(ARGV[2])
 if now - last < gap then
@@ -261,7 +263,7 @@ func (c *Controller) takeTurn(ctx context.Context, force bool) (bool, time.Durat
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	res, err := turnScript.Run(rctx, c.clients[0], []string{c.keys.capacityState()}, c.cfg.WorkerID, gap.Milliseconds(), every.Milliseconds()).Int64Slice()
+	res, err := turnScript.Run(rctx, c.clients[0], []string{c.keys.capacityState()}, c.cfg.WorkerID, gap.Milliseconds(), every.Milliseconds(), time.Now().UnixMilli()).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}

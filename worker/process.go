@@ -92,11 +92,13 @@ type Process struct {
 }
 
 // Start brings a process up in the order its parts depend on each other:
-// the brokers answer; a quorum of Redis masters answers; each job's pool
-// definition is stored, or the stored one adopted (a pool changed with
-// `sluice pool set`, a restarted pod); the topics and their dead-letter
-// topics exist; the sinks are opened (and, with Preflight, answer); the
-// dead-letter writer is ready; the workers are built. Errors about the
+// the brokers answer; a quorum of Redis masters answers; each job's sink
+// is opened (and, with Preflight, answers); its pool definition is stored,
+// or the stored one adopted or changed live as Setup.Definition says (a
+// pool whose capacity comes from the sink is defined with what the sink
+// says); the topics and their dead-letter topics exist; the dead-letter
+// writer is ready; the workers are built, with a capacity controller
+// beside the first worker of each job whose pool has a capacity source. Errors about the
 // setup (an invalid Redis or pool setting, a pool defined differently in
 // Redis) wrap ErrConfig, lease.ErrInvalidConfig, lease.ErrInvalidPool or
 // lease.ErrPoolMismatch; others say which service failed. On an error
