@@ -85,6 +85,13 @@ func (e *env) newSluiceWorker(ctx context.Context, spec workerSpec, pool lease.P
 	if err != nil {
 		return nil, err
 	}
+	if pool.Source.On() { // each worker as its own process: its own controller
+		ctrl, err := worker.NewController(pool, []redis.UniversalClient{client}, nil, e.log, w)
+		if err != nil {
+			return nil, err
+		}
+		w.Attach(ctrl)
+	}
 	return &sluiceWorker{target: spec.records, w: w, tally: t, probe: probe, client: client}, nil
 }
 

@@ -53,7 +53,12 @@ type Config struct {
 	// Capacity is the pool's capacity in units/s; Unit its unit. Used for
 	// the ideal time, utilization and the ETA. Required.
 	Capacity float64
-	Unit     ingest.Unit
+	// CapacityNow, when set, returns the pool's capacity in force, in
+	// units/s, for a pool whose capacity comes from a source and changes
+	// during the load: the summary is judged against the one in force at
+	// its end. Default: Capacity.
+	CapacityNow func() float64
+	Unit        ingest.Unit
 	// IDField names the field the IDs come from, for the report.
 	IDField string
 	// Pool names the capacity pool, for the report.

@@ -158,6 +158,9 @@ func (l *Load) summary(ctx context.Context, s Summary, p Produced, start map[int
 	s.RecordsDeadLettered = t.DeadLettered + p.DeadLettered
 	s.SinkRequests, s.SinkRecordAttempts, s.SinkThrottled, s.SinkFailedWrites = t.Requests, t.Attempts, t.Throttled, t.FailedWrites
 	s.Unit, s.CapacityUnitsPerS, s.CostTotal, s.UnitsSent = string(l.cfg.Unit), l.cfg.Capacity, t.UnitsDelivered, t.UnitsSent
+	if l.cfg.CapacityNow != nil {
+		s.CapacityUnitsPerS = l.cfg.CapacityNow()
+	}
 	s.ElapsedS = t.Elapsed().Seconds()
 	if !t.FirstSent.IsZero() && t.LastDone.After(t.FirstSent) {
 		s.ElapsedS = t.LastDone.Sub(t.FirstSent).Seconds()

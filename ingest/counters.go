@@ -57,6 +57,8 @@ type Counters struct {
 	latencies []time.Duration // the latest send→answer latencies, a ring
 	nextLat   int
 	maxLat    time.Duration
+	latSum    time.Duration // every latency noted, summed
+	latN      int64
 }
 
 // Count adds n occurrences of e (units, for the Units events) and returns
@@ -99,6 +101,10 @@ type Totals struct {
 	// send→answer latencies and the longest seen: how long a request may
 	// take to be accepted after the pacer released it.
 	LatencyP99, LatencyMax time.Duration
+	// LatencySum is every send→answer latency noted, summed over
+	// Latencies answers (a capacity probe's mean latency per interval).
+	LatencySum time.Duration
+	Latencies  int64
 	// FirstFetch and LastDone bound the run; zero when nothing happened.
 	FirstFetch time.Time
 	LastDone   time.Time
@@ -162,6 +168,7 @@ func (c *Counters) Totals() Totals {
 		t.FirstSent, t.LastSent = c.epoch, c.epoch.Add(sent.Last())
 	}
 	t.LatencyMax = c.maxLat
+	t.LatencySum, t.Latencies = c.latSum, c.latN
 	t.GuardMin, t.GuardMax, t.GuardFinal = c.guardMin, c.guardMax, c.guardLast
 	if n := len(c.latencies); n > 0 {
 		sorted := slices.Clone(c.latencies)
@@ -249,6 +256,8 @@ func (c *Counters) NoteLatency(d time.Duration) {
 		c.nextLat = (c.nextLat + 1) % latencyKeep
 	}
 	c.maxLat = max(c.maxLat, d)
+	c.latSum += d
+	c.latN++
 }
 
 func unixTime(ns int64) time.Time {

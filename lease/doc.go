@@ -34,8 +34,46 @@
 //     by a keep-alive) for half a renewal interval stops counting its
 //     leases, so it cannot miss a switch.
 //
+// A live change follows one rule whoever makes it (`sluice pool set`, a
+// definition applied at start with DefinitionApply, a capacity source's
+// decision): a decrease (neither capacity nor partitions higher) switches
+// DecreaseLead (250 ms) ahead, before the next second; a raise at the
+// lead given (a renewal interval for `pool set` and an applied
+// definition, ProbeLead for a capacity source, whose raises change the
+// capacity alone and so are safe however late a worker learns of them).
+// Two switches are at least a second apart, so a worker's sliding second
+// never spans two.
+//
 // Rate and Credit integrate the effective rate exactly (closed form across
 // the ramp and the switch).
+//
+// # Defining a pool: apply, adopt, refuse
+//
+// DefinePool stores a worker's definition when Redis has none. When the
+// stored one differs in what can change live (the capacity or its source,
+// the partitions): DefinitionAdopt runs with the stored one if it was
+// changed live, else refuses (EnsurePool); DefinitionApply applies the
+// worker's as a live change, recorded with the worker's ID in the
+// definition's change history, and refuses (ErrPoolFlapping) a change
+// that would set the pool back for the second time within FlapWindow
+// (X, D, X, and D again: two deployments that keep disagreeing; one
+// rollback is allowed); DefinitionRefuse refuses. The unit, the lease TTL
+// and the ramp never change live.
+//
+// # Capacity sources
+//
+// Pool.Source says where the capacity comes from: the number given, the
+// sink (SourceSink: a DynamoDB table's write throughput, a REST API's
+// announced limit, through a CapacityReader), or a probe (SourceProbe).
+// A Controller per process decides it once per Source.Every for the whole
+// pool: the first process to ask takes the pool's turn (a script on the
+// capacity state key that compares the last decision's time with the
+// interval), reads the sink or takes a probe step, and
+// writes the result with UpdatePool, which every Manager follows like any
+// live change. A probe decides on the pool's account: every process adds
+// what its workers sent, their throttled attempts, latencies and backlog
+// to buckets of 500 ms. See probeStep for the rule and its overshoot
+// bound.
 //
 // # Guarantee
 //
@@ -149,7 +187,9 @@
 //
 //	{prefix}:{pool}:def          string, JSON definition {"name","capacity","unit","partitions","ttl",
 //	                             "ramp":{"start","factor","period","idle_reset"}?,
-//	                             "switch":{"at_unix_ms","capacity_before","partitions_before"}?}; no TTL
+//	                             "switch":{"at_unix_ms","capacity_before","partitions_before"}?,
+//	                             "source":{"kind","every","floor","ceiling","margin","reprobe"}?, "from"?,
+//	                             "changes":[{"by","def","at_unix_ms"}]?}; no TTL
 //	{prefix}:{pool}:ramp         string, the ramp's epoch in Unix ms; PX = Ramp.IdleReset, refreshed by workers with demand
 //	{prefix}:{pool}:p:{i}        string, partition i's redsync lock; value "<worker ID>/<32 hex>"; PX = TTL
 //	{prefix}:{pool}:live         sorted set, worker ID → the instant (Unix ms, the worker's clock) its
@@ -160,6 +200,11 @@
 //	{prefix}:{pool}:mver         integer, incremented at every membership change
 //	{prefix}:{pool}:dver         integer, incremented by SetPool
 //	{prefix}:{pool}:changes      pub/sub channel: "m <worker>" after a membership change, "d" after SetPool
+//	{prefix}:{pool}:cap          hash, a capacity source's state: "decided" (Unix ms), "by",
+//	                             and a probe's "onset", "onset_at", "base_latency_us"; no TTL
+//	{prefix}:{pool}:obs:{b}      hash, a probe's account for bucket b (Unix ms / 500): "u" units sent,
+//	                             "a" attempts, "t" throttled, "l" latency µs, "n" answers, "b" 1 with a backlog;
+//	                             PX 2 min
 //
 // live, ann and mver expire after 24 h unused. On a Redis Cluster the
 // pool name is written in literal braces, a hash tag (sluice:{orders}:p:3;

@@ -40,7 +40,7 @@ func ExampleEnsurePool() {
 	fmt.Println(err)
 	// Output:
 	// <nil>
-	// lease: pool definition mismatch: pool "demo" is defined in Redis (sluice:demo:def) with capacity 2000 records/s, 20 partitions, ttl 15s; this worker was started with capacity 1000 records/s, 20 partitions, ttl 15s
+	// lease: pool definition mismatch: pool "demo" is defined in Redis (sluice:demo:def) with capacity 2000 records/s, 20 partitions, ttl 15s; this worker was started with capacity 1000 records/s, 20 partitions, ttl 15s (apply it as a live change, or start the worker with the stored values)
 }
 
 // Two workers share a pool of 1,000 records/s in 10 partitions. Alone, the

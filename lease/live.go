@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,28 +17,86 @@ import (
 // change has not taken effect yet.
 var ErrSwitchPending = errors.New("lease: a live change is already pending")
 
-// SetPool changes a pool's capacity and partitions while workers run. The
-// change takes effect at now + lead for every worker at once: it is stored
-// as the new definition with a Switch that keeps the old values until then,
-// so that the sum of the workers' rates never exceeds the old capacity
-// before the switch nor the new one after it, and no worker uses the
+// Live-change timing.
+const (
+	// DecreaseLead is how far ahead of the change a decrease switches
+	// (capacity and partitions both no higher): 250 ms, time for the
+	// workers subscribed to the change channel to read it, so that the
+	// new capacity is in force before the next second.
+	DecreaseLead = 250 * time.Millisecond
+	// MinLead is the least lead SetPool takes for a raise: 250 ms.
+	MinLead = 250 * time.Millisecond
+	// switchGap is the least time between two switches: one pacer window,
+	// since a worker's schedule knows only the latest switch and its
+	// sliding second must not reach back across two.
+	switchGap = time.Second
+)
+
+// SetPool changes a pool's capacity and partitions while workers run, by
+// the rule every live change follows (`sluice pool set`, a definition
+// applied at start, a capacity source's decision):
+//
+//   - a decrease (neither capacity nor partitions higher) switches
+//     DecreaseLead from now: at once, and before the next second;
+//   - a raise switches at now + lead.
+//
+// Either way the change is stored as the new definition with a Switch
+// that keeps the old values until then, so that every worker switches at
+// the same instant: the sum of the workers' rates never exceeds the old
+// capacity before the switch nor the new one after it, and no worker uses
 // new partitions before the others stopped using the old ones. The change
-// is published on the pool's change channel, and workers confirm the
+// is published on the pool's change channel; workers confirm the
 // definition's version with every keep-alive (at most RenewEvery/3 apart)
 // and stop counting their leases if they cannot for half a renewal
-// interval, so lead should be at least one renewal interval (TTL/3);
-// SetPool refuses less than a second.
+// interval. A raise of the capacity alone is safe with any lead (a worker
+// that learns of it late uses less, not more); one that adds partitions
+// should have a lead of at least one renewal interval (TTL/3), so that a
+// worker that learns late does not count old partitions at the old rate
+// beside new ones. SetPool refuses a lead under MinLead. A switch comes at
+// least a second after the one before it.
 //
 // capacity 0 or partitions 0 keep the stored value. It returns the new
 // definition, or an error wrapping ErrNoPool, ErrInvalidPool,
 // ErrSwitchPending (an earlier change is still ahead), or a Redis error.
 func SetPool(ctx context.Context, client redis.UniversalClient, prefix, name string, capacity float64, partitions int, lead time.Duration, now time.Time) (Pool, error) {
-	if lead < time.Second {
-		return Pool{}, fmt.Errorf("%w: pool %q: the switch lead %v must be ≥ 1s", ErrInvalidPool, name, lead)
+	return UpdatePool(ctx, client, prefix, name, Update{Capacity: capacity, Partitions: partitions, Lead: lead}, now)
+}
+
+// Update is a live change of a pool (see UpdatePool). Zero fields keep
+// the stored value.
+type Update struct {
+	// Capacity is the new capacity, units/s; 0 keeps it.
+	Capacity float64
+	// Partitions is the new number of partitions; 0 keeps it.
+	Partitions int
+	// Source, when set, replaces the capacity source.
+	Source *Source
+	// From, when set, replaces the description of how the capacity was
+	// decided (Pool.From).
+	From *string
+	// Lead is how far ahead a raise switches; ≥ MinLead.
+	Lead time.Duration
+	// Change, when set, is recorded in the pool's Changes (a definition
+	// applied from a worker's flags).
+	Change *Change
+	// Check, when set, may refuse the change given the stored definition
+	// (flap detection); its error is returned as is.
+	Check func(stored Pool) error
+}
+
+// UpdatePool applies u to pool name by SetPool's rule and returns the new
+// definition. A change that alters nothing is not stored (and not
+// published); it returns the stored definition. Errors are SetPool's.
+func UpdatePool(ctx context.Context, client redis.UniversalClient, prefix, name string, u Update, now time.Time) (Pool, error) {
+	if u.Lead < MinLead {
+		return Pool{}, fmt.Errorf("%w: pool %q: the switch lead %v must be ≥ %v", ErrInvalidPool, name, u.Lead, MinLead)
 	}
 	k := keysOn(client, prefix, name)
 	key := k.def()
-	var out Pool
+	var (
+		out     Pool
+		changed bool
+	)
 	err := client.Watch(ctx, func(tx *redis.Tx) error {
 		old, err := loadPool(ctx, tx, key)
 		if errors.Is(err, redis.Nil) {
@@ -46,13 +105,47 @@ func SetPool(ctx context.Context, client redis.UniversalClient, prefix, name str
 		if err != nil {
 			return err
 		}
+		old.Name = name
 		if sw := old.Switch; sw != nil && sw.At.After(now) {
 			return fmt.Errorf("%w: pool %q switches to %s at %s", ErrSwitchPending, name, old, sw.At.Format(time.RFC3339Nano))
 		}
+		if u.Check != nil {
+			if err := u.Check(old); err != nil {
+				return err
+			}
+		}
 		next := old
-		next.Capacity = cmp.Or(capacity, old.Capacity)
-		next.Partitions = cmp.Or(partitions, old.Partitions)
-		next.Switch = &Switch{At: now.Add(lead), Capacity: old.Capacity, Partitions: old.Partitions}
+		next.Capacity = cmp.Or(u.Capacity, old.Capacity)
+		next.Partitions = cmp.Or(u.Partitions, old.Partitions)
+		if u.Source != nil {
+			next.Source = *u.Source
+		}
+		if u.From != nil {
+			next.From = *u.From
+		}
+		if u.Change != nil {
+			next.Changes = append(slices.Clone(old.Changes), *u.Change)
+			if n := len(next.Changes); n > changeHistory {
+				next.Changes = next.Changes[n-changeHistory:]
+			}
+		}
+		if next.Capacity == old.Capacity && next.Partitions == old.Partitions {
+			if next.Source == old.Source && next.From == old.From && u.Change == nil {
+				out = old
+				return nil // nothing to change
+			}
+			next.Switch = old.Switch // no switch: the rates do not change
+		} else {
+			lead := u.Lead
+			if next.Capacity <= old.Capacity && next.Partitions <= old.Partitions {
+				lead = DecreaseLead
+			}
+			at := now.Add(lead)
+			if sw := old.Switch; sw != nil && at.Before(sw.At.Add(switchGap)) {
+				at = sw.At.Add(switchGap)
+			}
+			next.Switch = &Switch{At: at, Capacity: old.Capacity, Partitions: old.Partitions}
+		}
 		if err := next.Validate(); err != nil {
 			return err
 		}
@@ -65,7 +158,7 @@ func SetPool(ctx context.Context, client redis.UniversalClient, prefix, name str
 			p.Incr(ctx, k.defVersion())
 			return nil
 		})
-		out = next
+		out, changed = next, true
 		return err
 	}, key)
 	if errors.Is(err, redis.TxFailedErr) {
@@ -74,9 +167,11 @@ func SetPool(ctx context.Context, client redis.UniversalClient, prefix, name str
 	if err != nil {
 		return Pool{}, err
 	}
-	// Workers read the definition at once; without channel rights they
-	// see the version at their next keep-alive instead.
-	_ = client.Publish(ctx, k.changes(), "d").Err()
+	if changed {
+		// Workers read the definition at once; without channel rights they
+		// see the version at their next keep-alive instead.
+		_ = client.Publish(ctx, k.changes(), "d").Err()
+	}
 	return out, nil
 }
 

@@ -224,6 +224,14 @@ func (m *Manager) SetBacklog(units float64) {
 	m.mu.Unlock()
 }
 
+// Backlogged reports whether the demand last announced with SetDemand
+// is a backlog (+Inf): the worker could use more than it has.
+func (m *Manager) Backlogged() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return math.IsInf(m.demand, 1)
+}
+
 // SetDemand announces how many units/s the worker could use (+Inf with a
 // backlog, 0 when idle). The worker then aims at ceil(demand /
 // PartitionRate) partitions, within its fair share. A rise in the wanted

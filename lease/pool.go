@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,6 +62,18 @@ type Pool struct {
 	// Switch is set on a definition changed live by SetPool: the values in
 	// force before Switch.At. Nil otherwise; EnsurePool ignores it.
 	Switch *Switch
+	// Source says where Capacity comes from: the number given (the zero
+	// Source), the sink, or a probe. With a source, Capacity is the value
+	// last decided for the pool (see Controller) and From says how.
+	Source Source
+	// From describes how the capacity in force was decided, for `sluice
+	// pool status`: "probed", "from DynamoDB table quakes: 200 WCU", or
+	// "" for a number given.
+	From string
+	// Changes are the latest changes applied from a worker's flags
+	// (ApplyPool), newest last, at most changeHistory: what flap detection
+	// reads. EnsurePool ignores them.
+	Changes []Change
 }
 
 // PartitionRate returns the rate one lease is worth, in units/s:
@@ -81,6 +94,7 @@ func (p Pool) withDefaults() Pool {
 		p.TTL = DefaultTTL
 	}
 	p.Ramp = p.Ramp.withDefaults()
+	p.Source = p.Source.withDefaults()
 	return p
 }
 
@@ -109,12 +123,15 @@ func (p Pool) Validate() error {
 	if err := p.Ramp.validate(); err != nil {
 		return invalid("Ramp", "%v", err)
 	}
+	if err := p.Source.validate(); err != nil {
+		return invalid("Source", "%v", err)
+	}
 	return nil
 }
 
 // PoolError is an invalid field of a pool definition. It wraps
 // ErrInvalidPool; Field names the Pool field (Name, Capacity, Partitions,
-// TTL, Unit or Ramp) so a caller can name its own setting for it.
+// TTL, Unit, Ramp or Source) so a caller can name its own setting for it.
 type PoolError struct {
 	Pool, Field string
 	Err         error
@@ -131,8 +148,29 @@ func (e *PoolError) Unwrap() []error { return []error{ErrInvalidPool, e.Err} }
 func (p Pool) String() string {
 	p = p.withDefaults()
 	s := fmt.Sprintf("capacity %v %s/s, %d partitions, ttl %v", p.Capacity, p.Unit, p.Partitions, p.TTL)
+	if p.Source.On() {
+		s = fmt.Sprintf("%s (%s), %d partitions, ttl %v", p.Source, p.Unit, p.Partitions, p.TTL)
+	}
 	if p.Ramp.On() {
 		s += ", " + p.Ramp.String()
+	}
+	return s
+}
+
+// CapacityLine renders the capacity in force as `sluice pool status` shows
+// it: "capacity 1,840 records/s (probed)", "capacity 200 cost/s (from
+// DynamoDB table quakes: 200 WCU)", or "capacity 2,000 records/s" for a
+// number given.
+func (p Pool) CapacityLine() string {
+	p = p.withDefaults()
+	s := fmt.Sprintf("capacity %s %s/s", formatRate(p.Capacity), p.Unit)
+	switch {
+	case p.From != "":
+		s += " (" + p.From + ")"
+	case p.Source.Kind == SourceProbe:
+		s += " (probing)"
+	case p.Source.Kind == SourceSink:
+		s += " (from the sink, not read yet)"
 	}
 	return s
 }
@@ -147,6 +185,9 @@ type poolJSON struct {
 	TTL        string      `json:"ttl"`
 	Ramp       *rampJSON   `json:"ramp,omitempty"`
 	Switch     *switchJSON `json:"switch,omitempty"`
+	Source     *sourceJSON `json:"source,omitempty"`
+	From       string      `json:"from,omitempty"`
+	Changes    []Change    `json:"changes,omitempty"`
 }
 
 type rampJSON struct {
@@ -171,6 +212,7 @@ func (p Pool) MarshalJSON() ([]byte, error) {
 	if p.Switch != nil {
 		j.Switch = &switchJSON{p.Switch.At.UnixMilli(), p.Switch.Capacity, p.Switch.Partitions}
 	}
+	j.Source, j.From, j.Changes = p.Source.toJSON(), p.From, p.Changes
 	return json.Marshal(j)
 }
 
@@ -197,6 +239,10 @@ func (p *Pool) UnmarshalJSON(data []byte) error {
 	if sw := j.Switch; sw != nil {
 		out.Switch = &Switch{At: time.UnixMilli(sw.AtUnixMS), Capacity: sw.Capacity, Partitions: sw.Partitions}
 	}
+	if out.Source, err = j.Source.source(); err != nil {
+		return err
+	}
+	out.From, out.Changes = j.From, j.Changes
 	*p = out
 	return nil
 }
@@ -218,6 +264,10 @@ func (k keys) live() string           { return k.base + ":live" }
 func (k keys) announcements() string  { return k.base + ":ann" }
 func (k keys) membersVersion() string { return k.base + ":mver" }
 func (k keys) defVersion() string     { return k.base + ":dver" }
+func (k keys) capacityState() string  { return k.base + ":cap" }
+
+// observations is the capacity account's bucket b (Unix ms / 500).
+func (k keys) observations(b int64) string { return k.base + ":obs:" + strconv.FormatInt(b, 10) }
 
 // changes is the channel membership and definition changes are published
 // on: "m <worker>" (membership), "d" (SetPool) or "f" (partitions
@@ -227,50 +277,18 @@ func (k keys) changes() string { return k.base + ":changes" }
 // EnsurePool stores p as the definition of pool p.Name under prefix
 // (DefaultPrefix when empty) if Redis has none, and otherwise checks that
 // the stored one agrees, and returns the definition in force. A stored
-// definition changed live by SetPool wins over p's capacity and partitions
-// (a pod restarted with its original flags after `sluice pool set` runs
-// with the stored values: the caller should say so); any other difference
-// is a conflict. It returns an error wrapping ErrInvalidPool if p is
-// invalid, one wrapping ErrPoolMismatch naming both definitions if Redis
-// holds a conflicting one, and Redis errors as they come. With several
-// independent Redis masters, call it for each.
+// definition changed live (by SetPool, a capacity source, or a definition
+// applied by another deployment) wins over p's capacity and partitions (a
+// pod restarted with its original flags after `sluice pool set` runs with
+// the stored values: the caller should say so); any other difference is a
+// conflict. It is DefinePool with DefinitionAdopt. It returns an error
+// wrapping ErrInvalidPool if p is invalid, one wrapping ErrPoolMismatch
+// naming both definitions if Redis holds a conflicting one, and Redis
+// errors as they come. With several independent Redis masters, call it
+// for each.
 func EnsurePool(ctx context.Context, client redis.UniversalClient, prefix string, p Pool) (Pool, error) {
-	if err := p.Validate(); err != nil {
-		return Pool{}, err
-	}
-	p = p.withDefaults()
-	data, err := json.Marshal(p)
-	if err != nil {
-		return Pool{}, err
-	}
-	key := keysOn(client, prefix, p.Name).def()
-	for range 3 {
-		set, err := client.SetNX(ctx, key, data, 0).Result()
-		if err != nil {
-			return Pool{}, fmt.Errorf("lease: store pool %q definition: %w", p.Name, err)
-		}
-		if set {
-			return p, nil
-		}
-		stored, err := loadPool(ctx, client, key)
-		if errors.Is(err, redis.Nil) {
-			continue // deleted in between: try to store it again
-		}
-		if err != nil {
-			return Pool{}, err
-		}
-		stored.Name = p.Name
-		changedLive := stored.Switch != nil
-		if changedLive {
-			p.Capacity, p.Partitions = stored.Capacity, stored.Partitions
-		}
-		if !samePool(stored, p) {
-			return Pool{}, fmt.Errorf("%w: pool %q is defined in Redis (%s) with %s; this worker was started with %s",
-				ErrPoolMismatch, p.Name, key, stored, p)
-		}
-		return stored, nil
-	}
-	return Pool{}, fmt.Errorf("lease: store pool %q definition: key %s keeps disappearing", p.Name, key)
+	p, _, err := DefinePool(ctx, client, prefix, p, DefinitionAdopt, "", MinLead, time.Now())
+	return p, err
 }
 
 func loadPool(ctx context.Context, client redis.Cmdable, key string) (Pool, error) {
@@ -286,9 +304,4 @@ func loadPool(ctx context.Context, client redis.Cmdable, key string) (Pool, erro
 		return Pool{}, fmt.Errorf("lease: pool definition %s is not valid JSON: %w", key, err)
 	}
 	return p, nil
-}
-
-func samePool(a, b Pool) bool {
-	return a.Capacity == b.Capacity && a.Unit == b.Unit && a.Partitions == b.Partitions && a.TTL == b.TTL &&
-		a.Ramp == b.Ramp
 }

@@ -144,6 +144,9 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 func (s PoolStatus) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %s: %s (%v %s/s per partition)\n", s.Pool.Name, s.Pool, s.PartitionRate, s.Pool.Unit)
+	if s.Pool.Source.On() || s.Pool.From != "" {
+		fmt.Fprintf(&b, "%s\n", s.Pool.CapacityLine())
+	}
 	if s.EffectiveRate != s.Pool.Capacity {
 		fmt.Fprintf(&b, "effective rate: %v %s/s (ramping up)\n", s.EffectiveRate, s.Pool.Unit)
 	}
@@ -270,16 +273,16 @@ func ListPools(ctx context.Context, client redis.UniversalClient, prefix string)
 }
 
 // CheckPool says how pool p stands in one Redis without storing anything
-// (a dry run): the definition a worker started with p would run with
-// (the stored one, or p when Redis has none), whether Redis holds one,
-// and the error wrapping ErrPoolMismatch (naming both) or ErrInvalidPool
-// that EnsurePool would return.
-func CheckPool(ctx context.Context, client redis.UniversalClient, prefix string, p Pool) (inForce Pool, stored bool, err error) {
+// (a dry run): the definition a worker started with p and mode would run
+// with (the stored one, or p when Redis has none or mode applies it),
+// whether Redis holds one, and the error DefinePool would return (wrapping
+// ErrPoolMismatch, naming both, or ErrInvalidPool).
+func CheckPool(ctx context.Context, client redis.UniversalClient, prefix string, p Pool, mode DefinitionMode) (inForce Pool, stored bool, err error) {
 	if err := p.Validate(); err != nil {
 		return Pool{}, false, err
 	}
 	p = p.withDefaults()
-	key := keysFor(prefix, p.Name).def()
+	key := keysOn(client, prefix, p.Name).def()
 	have, err := loadPool(ctx, client, key)
 	if errors.Is(err, redis.Nil) {
 		return p, false, nil
@@ -287,13 +290,9 @@ func CheckPool(ctx context.Context, client redis.UniversalClient, prefix string,
 	if err != nil {
 		return Pool{}, false, err
 	}
-	have.Name = p.Name
-	if have.Switch != nil {
-		p.Capacity, p.Partitions = have.Capacity, have.Partitions
+	inForce, _, apply, err := judge(have, p, mode, key)
+	if apply {
+		inForce = p
 	}
-	if !samePool(have, p) {
-		return Pool{}, true, fmt.Errorf("%w: pool %q is defined in Redis (%s) with %s; this worker was started with %s",
-			ErrPoolMismatch, p.Name, key, have, p)
-	}
-	return have, true, nil
+	return inForce, true, err
 }

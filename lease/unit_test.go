@@ -258,7 +258,7 @@ func TestEnsurePool(t *testing.T) {
 	other := Pool{Name: "demo", Capacity: 1000, Unit: ingest.UnitRecords, Partitions: 10}
 	_, err := EnsurePool(ctx, c, "", other)
 	require.ErrorIs(t, err, ErrPoolMismatch)
-	require.EqualError(t, err, `lease: pool definition mismatch: pool "demo" is defined in Redis (sluice:demo:def) with capacity 2000 records/s, 20 partitions, ttl 15s; this worker was started with capacity 1000 records/s, 10 partitions, ttl 15s`)
+	require.EqualError(t, err, `lease: pool definition mismatch: pool "demo" is defined in Redis (sluice:demo:def) with capacity 2000 records/s, 20 partitions, ttl 15s; this worker was started with capacity 1000 records/s, 10 partitions, ttl 15s (apply it as a live change, or start the worker with the stored values)`)
 
 	// Another prefix is another namespace.
 	mustEnsurePool(t, c, "other", other)

@@ -33,6 +33,7 @@
 //	sluice_consumer_lag_records                  gauge    records waiting in the queue beyond those fetched (-1 unknown)
 //	sluice_eta_seconds                           gauge    lag ÷ the leased rate in records/s (-1 when unknown or no rate)
 //	sluice_batch_duration_seconds                histogram sink write attempts, by duration (seconds)
+//	sluice_capacity_read_failures_total          counter  times the sink did not answer the capacity query of a pool with --capacity sink (the pool keeps its last value)
 //
 // Units are the pool's unit (records, bytes or cost units such as RU).
 package metrics
@@ -80,6 +81,7 @@ type Collector struct {
 	workers  []Worker
 	counters map[string]*ingest.Counters // pool → totals
 	batch    *prometheus.HistogramVec
+	readers  map[string]func() int64 // pool → capacity read failures
 }
 
 // New returns a Collector and registers it, with its batch histogram, on
@@ -109,6 +111,16 @@ func (c *Collector) Add(w Worker, counters *ingest.Counters) {
 	if counters != nil {
 		c.counters[w.Pool] = counters
 	}
+}
+
+// AddCapacityReads reports the capacity read failures of pool's
+// controller (lease.Controller.ReadFailures). Call it before the first
+// scrape.
+func (c *Collector) AddCapacityReads(pool string, failures func() int64) {
+	if c.readers == nil {
+		c.readers = map[string]func() int64{}
+	}
+	c.readers[pool] = failures
 }
 
 // ObserveWrite returns a hook for pipeline.Config.ObserveWrite that
@@ -149,13 +161,14 @@ var (
 	descRedisDown  = prometheus.NewDesc("sluice_redis_unreachable_seconds", "Seconds the worker's Redis calls have been failing without a success, 0 while Redis answers.", workerLabels, nil)
 	descSendMax    = prometheus.NewDesc("sluice_send_max_units_1s", "The most units sent in any sliding second so far, at send time.", poolLabels, nil)
 	descLatency    = prometheus.NewDesc("sluice_send_latency_p99_seconds", "99th percentile of the latest send-to-answer latencies, in seconds.", poolLabels, nil)
+	descReadFails  = prometheus.NewDesc("sluice_capacity_read_failures_total", "Times the sink did not answer the pool's capacity query (the pool keeps its last value).", poolLabels, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descEffective, descLeased, descDemand, descHeld, descMissing, descEvents, descRedisDown,
 		descSlices, descBudget, descUsed, descCuts, descRecoveries, descCeiling, descLag, descETA, descRecords, descRequests, descResults, descRetries, descHotRanges, descRangeCuts,
-		descSinkState, descPaused, descReady, descSendMax, descLatency} {
+		descSinkState, descPaused, descReady, descSendMax, descLatency, descReadFails} {
 		ch <- d
 	}
 }
@@ -225,6 +238,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRetries, t.Retried, pool)
 		counter(descHotRanges, t.HotRanges, pool)
 		counter(descRangeCuts, t.RangeCuts, pool)
+	}
+	for pool, failures := range c.readers {
+		counter(descReadFails, failures(), pool)
 	}
 }
 

@@ -157,3 +157,28 @@ func (rl rateLimit) nearLimit(ownRate float64) bool {
 	}
 	return rl.remaining == 0
 }
+
+// announcedLimit reads the quota an answer announces, as a rate: the
+// limit and window of RateLimit-Policy (`500;w=1`, or the later drafts'
+// `"default";q=500;w=1`), else of RateLimit-Limit or X-RateLimit-Limit
+// when they carry a window (`100, 100;w=60`). A limit without a window is
+// not a rate (X-RateLimit-Limit alone may count per hour), so ok is false
+// then. field names the header read, for the pool's description.
+func announcedLimit(h http.Header) (perSecond float64, field, value string, ok bool) {
+	for _, name := range []string{"RateLimit-Policy", "RateLimit-Limit", "X-RateLimit-Limit"} {
+		v := h.Get(name)
+		if v == "" {
+			continue
+		}
+		params := fieldParams(v)
+		w := firstNumber(params, "w")
+		limit := firstInt(params, "q")
+		if limit < 0 {
+			limit = leadingInt(v)
+		}
+		if w > 0 && limit > 0 {
+			return float64(limit) / w, name, strings.TrimSpace(v), true
+		}
+	}
+	return 0, "", "", false
+}

@@ -89,6 +89,10 @@ type RESTSink struct {
 	rateMu sync.Mutex
 	rate   ingest.Window // requests sent in the last second
 	epoch  time.Time
+
+	limitMu   sync.Mutex
+	limit     float64 // the rate the API's latest answer announced, requests/s; 0 none
+	limitFrom string
 }
 
 var (
@@ -346,6 +350,7 @@ func (s *RESTSink) send(ctx context.Context, a *restAnswer, target string, body 
 	a.body = strings.ToLower(string(data))
 	a.excerpt = excerpt(data, resp.Header.Get("Content-Type"))
 	a.retryAfter = retryAfterOf(resp.Header, now)
+	s.noteLimit(resp.Header)
 	rl, _ := parseRateLimit(resp.Header, now)
 	a.throttled = a.status == http.StatusTooManyRequests ||
 		(a.status == http.StatusServiceUnavailable && a.retryAfter > 0) ||
@@ -355,6 +360,35 @@ func (s *RESTSink) send(ctx context.Context, a *restAnswer, target string, body 
 	}
 	a.near = rl.nearLimit(s.ownRate(now))
 }
+
+// noteLimit keeps the rate an answer announces (announcedLimit).
+func (s *RESTSink) noteLimit(h http.Header) {
+	v, field, value, ok := announcedLimit(h)
+	if !ok {
+		return
+	}
+	s.limitMu.Lock()
+	defer s.limitMu.Unlock()
+	if v != s.limit {
+		s.limit = v
+		s.limitFrom = fmt.Sprintf("from the REST API %s: %s %s", s.url.shown, field, value)
+	}
+}
+
+// SinkCapacity returns the rate, in requests (records) per second, that
+// the API's latest answer announced in its rate-limit headers (see
+// announcedLimit), or 0 before an answer announced one
+// (lease.CapacityReader). It sends nothing: the pool follows what the
+// answers to its writes say.
+func (s *RESTSink) SinkCapacity(context.Context) (float64, string, error) {
+	s.limitMu.Lock()
+	defer s.limitMu.Unlock()
+	return s.limit, s.limitFrom, nil
+}
+
+// Passive reports that SinkCapacity sends no request, so it may be read
+// as often as wanted.
+func (s *RESTSink) Passive() bool { return true }
 
 // noteSend counts a request in the sink's own rate and returns now.
 func (s *RESTSink) noteSend() time.Time {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,6 +67,9 @@ type Setup struct {
 	// dead-letter writer and no worker is built. Process.Plans says what
 	// a run would do.
 	DryRun bool
+	// Definition says what to do when a job's pool is defined differently
+	// in Redis (lease.DefinitionMode). Default lease.DefinitionAdopt.
+	Definition lease.DefinitionMode
 	// Metrics, when set, reports every worker to Prometheus.
 	Metrics *metrics.Collector
 	// Logger receives the start-up's and the workers' logs. Default:
@@ -108,11 +112,13 @@ type Plan struct {
 }
 
 // Start brings a process up in the order its parts depend on each other:
-// the brokers answer; a quorum of Redis masters answers; each job's pool
-// definition is stored, or the stored one adopted (a pool changed with
-// `sluice pool set`, a restarted pod); the topics and their dead-letter
-// topics exist; the sinks are opened (and, with Preflight, answer); the
-// dead-letter writer is ready; the workers are built. Errors about the
+// the brokers answer; a quorum of Redis masters answers; each job's sink
+// is opened (and, with Preflight, answers); its pool definition is stored,
+// or the stored one adopted or changed live as Setup.Definition says (a
+// pool whose capacity comes from the sink is defined with what the sink
+// says); the topics and their dead-letter topics exist; the dead-letter
+// writer is ready; the workers are built, with a capacity controller
+// beside the first worker of each job whose pool has a capacity source. Errors about the
 // setup (an invalid Redis or pool setting, a pool defined differently in
 // Redis) wrap ErrConfig, lease.ErrInvalidConfig, lease.ErrInvalidPool or
 // lease.ErrPoolMismatch; others say which service failed. On an error
@@ -139,16 +145,18 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 	}
 	p.Admin = queue.Admin{Brokers: first.Brokers, Conn: first.Kafka}
 	if s.DryRun {
-		return p, p.check(ctx, s.Jobs)
+		return p, p.check(ctx, s.Jobs, cmp.Or(s.Definition, lease.DefinitionAdopt))
 	}
 	for _, job := range s.Jobs {
-		if job.Config.Pool, err = p.ensurePool(ctx, job.Config.Pool); err != nil {
+		// The sink first: a pool whose capacity comes from the sink is
+		// defined with what it says.
+		if err := p.openSink(ctx, job, s.Preflight); err != nil {
+			return nil, err
+		}
+		if job.Config.Pool, err = p.ensurePool(ctx, job, cmp.Or(s.Definition, lease.DefinitionAdopt)); err != nil {
 			return nil, err
 		}
 		if err := p.Admin.EnsureTopics(ctx, job.Config.Topic, max(job.TopicPartitions, job.Workers, 1)); err != nil {
-			return nil, err
-		}
-		if err := p.openSink(ctx, job, s.Preflight); err != nil {
 			return nil, err
 		}
 		p.Jobs = append(p.Jobs, job)
@@ -162,6 +170,7 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 	}
 	for i := range p.Jobs {
 		job := &p.Jobs[i]
+		job.Config.Logger = cmp.Or(job.Config.Logger, p.log)
 		cfg := &job.Config
 		cfg.Redis, cfg.Sink, cfg.DeadLetters, cfg.Metrics = p.Redis, p.sinks[job.SinkURL], p.DeadLetters, s.Metrics
 		cfg.Logger = cmp.Or(cfg.Logger, p.log)
@@ -178,17 +187,20 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 			built = append(built, w)
 		}
 		p.Workers = append(p.Workers, built)
+		if err := p.attachController(job, built, s.Metrics); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
 
 // check is Start's dry run: each job's pool, topic and sink as Start
 // would find them, nothing stored, created or written.
-func (p *Process) check(ctx context.Context, jobs []Job) error {
+func (p *Process) check(ctx context.Context, jobs []Job, mode lease.DefinitionMode) error {
 	for _, job := range jobs {
 		var plan Plan
 		for _, c := range p.Redis {
-			pool, stored, err := lease.CheckPool(ctx, c, "", job.Config.Pool)
+			pool, stored, err := lease.CheckPool(ctx, c, "", job.Config.Pool, mode)
 			if err != nil {
 				return err
 			}
@@ -211,21 +223,109 @@ func (p *Process) check(ctx context.Context, jobs []Job) error {
 	return nil
 }
 
-// ensurePool stores pool in every Redis master, or adopts the definition
-// stored there already and says so.
-func (p *Process) ensurePool(ctx context.Context, pool lease.Pool) (lease.Pool, error) {
+// ensurePool defines job's pool in every Redis master (lease.DefinePool)
+// and returns the definition in force, saying what it did. A pool whose
+// capacity comes from the sink is defined with the sink's reading (its
+// floor, or 1 unit/s, while a REST API has not answered yet); a probe
+// starts at its floor. With lease.DefinitionApply a pending live change is
+// waited for (at most a lease TTL) and the definition applied after it.
+func (p *Process) ensurePool(ctx context.Context, job Job, mode lease.DefinitionMode) (lease.Pool, error) {
+	pool := job.Config.Pool
+	switch pool.Source.Kind {
+	case lease.SourceSink:
+		reader, ok := p.sinks[job.SinkURL].(lease.CapacityReader)
+		if !ok {
+			return pool, &ConfigError{Field: "Pool.Source", Err: fmt.Errorf("sink %s cannot tell its capacity: give a number or probe", sink.Redact(job.SinkURL))}
+		}
+		rctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		v, from, err := reader.SinkCapacity(rctx)
+		cancel()
+		if err != nil {
+			return pool, fmt.Errorf("read the capacity of sink %s: %w", sink.Redact(job.SinkURL), err)
+		}
+		pool.Capacity, pool.From = max(pool.Source.Floor, 1), ""
+		if v > 0 {
+			pool.Capacity, pool.From = v, from
+			if pool.Source.Ceiling > 0 {
+				pool.Capacity = min(pool.Capacity, pool.Source.Ceiling)
+			}
+			pool.Capacity = max(pool.Capacity, pool.Source.Floor)
+		}
+	case lease.SourceProbe:
+		pool.Capacity = pool.Source.Floor
+		if pool.Capacity == 0 {
+			pool.Capacity = lease.DefaultProbeFloor
+		}
+	}
+	by := job.Config.WorkerID
+	if by == "" && job.WorkerID != nil {
+		by = job.WorkerID(0)
+	}
+	if by == "" {
+		by, _ = os.Hostname()
+	}
+	lead := max(cmp.Or(pool.TTL, lease.DefaultTTL)/3, time.Second)
+	given := pool
 	for _, c := range p.Redis {
-		stored, err := lease.EnsurePool(ctx, c, "", pool)
+		var (
+			stored  lease.Pool
+			outcome lease.Defined
+			err     error
+		)
+		for deadline := time.Now().Add(cmp.Or(pool.TTL, lease.DefaultTTL)); ; {
+			stored, outcome, err = lease.DefinePool(ctx, c, "", given, mode, by, lead, time.Now())
+			if !errors.Is(err, lease.ErrSwitchPending) || time.Now().After(deadline) {
+				break
+			}
+			select { // an earlier change switches within its lead
+			case <-ctx.Done():
+				return pool, context.Cause(ctx)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 		if err != nil {
 			return pool, err
 		}
-		if stored.Capacity != pool.Capacity || stored.Partitions != pool.Partitions {
+		switch outcome {
+		case lease.Adopted:
 			p.log.Info("pool defined differently in Redis; running with the stored definition",
-				"pool", stored.Name, "stored", stored.String(), "given", pool.String())
-			pool = stored
+				"pool", stored.Name, "stored", stored.String(), "given", given.String())
+		case lease.Applied:
+			attrs := []any{"pool", stored.Name, "definition", stored.String()}
+			if sw := stored.Switch; sw != nil {
+				attrs = append(attrs, "switch_at", sw.At, "capacity_before", sw.Capacity, "partitions_before", sw.Partitions)
+			}
+			p.log.Info("pool definition applied as a live change", attrs...)
 		}
+		pool = stored
 	}
 	return pool, nil
+}
+
+// attachController runs the capacity controller of a job whose pool's
+// capacity comes from a source beside its first worker.
+func (p *Process) attachController(job *Job, built []*Worker, col *metrics.Collector) error {
+	pool := job.Config.Pool
+	if !pool.Source.On() || len(built) == 0 {
+		return nil
+	}
+	var reader lease.CapacityReader
+	if pool.Source.Kind == lease.SourceSink {
+		r, ok := p.sinks[job.SinkURL].(lease.CapacityReader)
+		if !ok {
+			return &ConfigError{Field: "Pool.Source", Err: fmt.Errorf("sink %s cannot tell its capacity: give a number or probe", sink.Redact(job.SinkURL))}
+		}
+		reader = r
+	}
+	ctrl, err := NewController(pool, p.Redis, reader, job.Config.Logger, built...)
+	if err != nil {
+		return err
+	}
+	built[0].Attach(ctrl)
+	if col != nil && pool.Source.Kind == lease.SourceSink {
+		col.AddCapacityReads(pool.Name, ctrl.ReadFailures)
+	}
+	return nil
 }
 
 // openSink opens job's sink unless a job before it uses the same URL and,

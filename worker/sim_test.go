@@ -230,7 +230,7 @@ func (w *world) sink() *sink.HTTPSink {
 
 // start builds a worker with cfg (its Source, Redis, Sink and dead letters
 // filled in) and runs it until the returned stop is called.
-func (w *world) start(id string, cfg worker.Config) (stop func() error) {
+func (w *world) start(id string, cfg worker.Config, attach ...func(*worker.Worker) ingest.Runner) (stop func() error) {
 	w.t.Helper()
 	cfg.WorkerID = id
 	cfg.Source = w.queue
@@ -240,6 +240,9 @@ func (w *world) start(id string, cfg worker.Config) (stop func() error) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	wk, err := worker.New(cfg)
 	require.NoError(w.t, err)
+	for _, a := range attach {
+		wk.Attach(a(wk))
+	}
 	w.mu.Lock()
 	w.workers = append(w.workers, wk)
 	w.mu.Unlock()

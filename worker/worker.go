@@ -226,6 +226,7 @@ type Worker struct {
 	lease    *lease.Manager
 	pacer    *pacing.Pacer
 	pipeline *pipeline.Pipeline
+	lag      func() int64
 }
 
 // New checks cfg, fills its defaults and builds the worker. The consumer
@@ -283,7 +284,7 @@ func New(cfg Config) (_ *Worker, err error) {
 		Concurrency:      cfg.Concurrency,
 		MaxInFlight:      cfg.MaxInFlight,
 		MaxInFlightBytes: cfg.MaxInFlightBytes,
-		MaxRecordCost:    int64(cfg.Pool.Capacity),
+		MaxRecordCost:    maxRecordCost(cfg.Pool),
 		Slice:            cfg.Slice,
 		RequestTimeout:   cfg.RequestTimeout,
 		MaxRetryAfter:    cfg.MaxRetryAfter,
@@ -307,20 +308,38 @@ func New(cfg Config) (_ *Worker, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	w := &Worker{cfg: cfg, layers: []ingest.Runner{pl}, close: closeSource, lease: mgr, pacer: pacer, pipeline: pl}
+	w := &Worker{cfg: cfg, layers: []ingest.Runner{pl}, close: closeSource, lease: mgr, pacer: pacer, pipeline: pl,
+		lag: func() int64 { return -1 }}
 	if r, ok := src.(ingest.Runner); ok {
 		w.layers = append(w.layers, r)
 	}
 	w.layers = append(w.layers, mgr)
+	if l, ok := src.(ingest.Lagger); ok {
+		w.lag = l.Lag
+	}
 	if cfg.Metrics != nil {
-		lag := func() int64 { return -1 }
-		if l, ok := src.(ingest.Lagger); ok {
-			lag = l.Lag
-		}
-		cfg.Metrics.Add(metrics.Worker{Pool: cfg.Pool.Name, Lease: mgr, Pacer: pacer, Lag: lag, Sink: w}, cfg.Counters)
+		cfg.Metrics.Add(metrics.Worker{Pool: cfg.Pool.Name, Lease: mgr, Pacer: pacer, Lag: w.lag, Sink: w}, cfg.Counters)
 	}
 	return w, nil
 }
+
+// maxRecordCost is one second of the pool's capacity, the most a record
+// may cost; for a pool whose capacity comes from a source (and may grow),
+// its ceiling, or no bound without one.
+func maxRecordCost(p lease.Pool) int64 {
+	if p.Source.On() {
+		return int64(p.Source.Ceiling)
+	}
+	return int64(p.Capacity)
+}
+
+// Lag returns the worker's consumer lag in records (-1 unknown).
+func (w *Worker) Lag() int64 { return w.lag() }
+
+// Attach adds r to the worker's stack (it runs while the worker runs and
+// stops after its other layers): a pool's capacity controller runs so
+// beside the first worker of a process. Call it before Run.
+func (w *Worker) Attach(r ingest.Runner) { w.layers = append(w.layers, r) }
 
 // Run runs the worker until ctx is done or the pipeline gives up (see
 // Config.StallTimeout), then stops it in dependency order. It returns the

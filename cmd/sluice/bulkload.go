@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -132,7 +131,7 @@ func bulkLoad(c *cli.Context) error {
 		WorkerID: func(i int) string { return fmt.Sprintf("bulk-%s-%d", workerPrefix, i) }}
 	job.Config.Counters, job.Config.LeaseAhead, job.Config.Start = counters, true, start
 	job.Config.StallTimeout = cmp.Or(job.Config.StallTimeout, c.Duration("sink-timeout"))
-	setup := worker.Setup{Redis: s.redis, Jobs: []worker.Job{job}, Preflight: true, Metrics: col, Logger: s.log}
+	setup := worker.Setup{Redis: s.redis, Jobs: []worker.Job{job}, Preflight: true, Definition: s.define, Metrics: col, Logger: s.log}
 	if deadLetterPath != "" {
 		f := bulkload.NewDeadLetterFile(deadLetterPath)
 		defer f.Close()
@@ -160,6 +159,10 @@ func bulkLoad(c *cli.Context) error {
 		Topic: s.worker.Topic, Group: s.worker.Group, Capacity: pool.Capacity, Unit: pool.Unit, Pool: pool.Name,
 		IDField: s.worker.IDField, LoadID: loadID, MaxDeadLetters: limit, SinkTimeout: c.Duration("sink-timeout"), Logger: s.log,
 		DuplicatesUnknown: duplicatesUnknown(s), Screen: screen,
+	}
+	if pool.Source.On() && len(proc.Workers[0]) > 0 {
+		lm := proc.Workers[0][0].Lease()
+		cfg.CapacityNow = func() float64 { return lm.Pool().Capacity }
 	}
 	ports := bulkload.Ports{File: rows, Producer: producer, DeadLetters: proc.DeadLetters, Offsets: admin, Counters: counters, Start: start,
 		SinkError: func() string { return proc.SinkError(0) }}
@@ -389,7 +392,7 @@ func realServicesCommand(c *cli.Context) string {
 	var b strings.Builder
 	b.WriteString("scripts/kafka.sh start; scripts/redis.sh start; ")
 	if !c.IsSet("sink") {
-		fmt.Fprintf(&b, "sluice sink-sim --capacity %s & ", strconv.FormatFloat(c.Float64("capacity"), 'f', -1, 64))
+		fmt.Fprintf(&b, "sluice sink-sim --capacity %s & ", c.String("capacity"))
 	}
 	b.WriteString("sluice bulk-load")
 	names := c.FlagNames()

@@ -90,7 +90,7 @@ func runWorker(c *cli.Context) error {
 		printPlan(c.App.Writer, proc, all)
 		return nil
 	}
-	proc, err := worker.Start(c.Context, worker.Setup{Redis: all[0].redis, Jobs: jobs, Metrics: col, Logger: all[0].log})
+	proc, err := worker.Start(c.Context, worker.Setup{Redis: all[0].redis, Jobs: jobs, Definition: all[0].define, Metrics: col, Logger: all[0].log})
 	if err != nil {
 		return startError(err)
 	}

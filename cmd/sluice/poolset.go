@@ -18,15 +18,16 @@ func poolSetCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "set",
 		Usage: "change a pool's capacity or partitions while its workers run",
-		Description: "Stores the new definition with a switch instant --switch-after from now (default:\n" +
-			"one renewal interval, a third of the lease TTL). Every worker reads the definition\n" +
-			"every sixth of the lease TTL and switches at that instant, so the workers together never exceed the\n" +
-			"old capacity before it nor the new one after it. Start new workers with the new values.",
+		Description: "Stores the new definition with a switch instant: a decrease at once (250 ms ahead, before\n" +
+			"the next second), a raise --switch-after from now (default: one renewal interval, a third of\n" +
+			"the lease TTL). Every worker learns of it at once (or at its next keep-alive) and switches at\n" +
+			"that instant, so the workers together never exceed the old capacity before it nor the new one\n" +
+			"after it. Start new workers with the new values, or with --pool-definition apply.",
 		Flags: slices.Concat(redisFlags(), []cli.Flag{
 			stringFlag("pool", "default", "pool `name`"),
 			floatFlag("capacity", 0, "new capacity in `units/s` (0: unchanged)"),
 			intFlag("partitions", 0, "new number of partitions (0: unchanged)"),
-			durationFlag("switch-after", 0, "when the change takes effect, from now (default: a third of the lease TTL, at least 1s)"),
+			durationFlag("switch-after", 0, "when a raise takes effect, from now (default: a third of the lease TTL, at least 1s); a decrease takes effect at once"),
 		}, logFlags()),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {

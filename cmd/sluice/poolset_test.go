@@ -19,6 +19,7 @@ func TestPoolSet(t *testing.T) {
 	_, err := lease.EnsurePool(context.Background(), c, "", lease.Pool{Name: "quakes", Capacity: 2000, Partitions: 20})
 	require.NoError(t, err)
 
+	// A decrease applies at once (before the next second).
 	code, stdout, stderr := runCLI(t, "pool", "set", "--redis-addr", mr.Addr(), "--pool", "quakes", "--capacity", "1000")
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "capacity 1000 records/s, 20 partitions")
@@ -26,6 +27,14 @@ func TestPoolSet(t *testing.T) {
 	st, err := lease.Status(context.Background(), c, "", "quakes")
 	require.NoError(t, err)
 	require.Equal(t, 1000.0, st.Pool.Capacity)
+	require.WithinDuration(t, time.Now(), st.Pool.Switch.At, time.Second, "at once")
+
+	// A raise at a switch instant one renewal interval (TTL/3) ahead.
+	time.Sleep(time.Until(st.Pool.Switch.At.Add(lease.DecreaseLead)))
+	code, _, stderr = runCLI(t, "pool", "set", "--redis-addr", mr.Addr(), "--pool", "quakes", "--capacity", "1500")
+	require.Equal(t, exitOK, code, stderr)
+	st, err = lease.Status(context.Background(), c, "", "quakes")
+	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(5*time.Second), st.Pool.Switch.At, time.Second, "one renewal interval (TTL/3) ahead")
 
 	code, _, stderr = runCLI(t, "pool", "set", "--redis-addr", mr.Addr(), "--pool", "quakes", "--partitions", "10")

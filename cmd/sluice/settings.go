@@ -22,6 +22,7 @@ import (
 type settings struct {
 	log      *slog.Logger
 	redis    lease.RedisConfig
+	define   lease.DefinitionMode
 	sinkURL  string
 	sinkOpts sink.OpenConfig
 	worker   worker.Config
@@ -50,7 +51,7 @@ func workerSettings(c *cli.Context) ([]settings, error) {
 		s, err := readSettings(c)
 		return []settings{s}, err
 	}
-	for _, flag := range []string{"topic", "id-field", "pool", "capacity", "unit", "cost", "partitions", "lease-ttl", "reserved-partitions"} {
+	for _, flag := range []string{"topic", "id-field", "pool", "capacity", "capacity-floor", "capacity-ceiling", "capacity-every", "probe-margin", "probe-reprobe", "unit", "cost", "partitions", "lease-ttl", "reserved-partitions"} {
 		if c.IsSet(flag) {
 			return nil, fmt.Errorf("--%s: with several --type each type's value comes from %s", flag, c.String("types"))
 		}
@@ -95,6 +96,7 @@ var flagOf = map[string]string{
 	"Pool.TTL":         "--lease-ttl",
 	"Pool.Unit":        "--unit",
 	"Pool.Ramp":        "--ramp",
+	"Pool.Source":      "--capacity, --capacity-floor, --capacity-ceiling, --capacity-every, --probe-margin, --probe-reprobe",
 	"RequestTimeout, Grace, ReadyAfter, StallTimeout": "--request-timeout, --grace, --ready-after, --stall-timeout",
 }
 
@@ -126,6 +128,14 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
+	capacity, source, err := readCapacity(c)
+	if err != nil {
+		return settings{}, err
+	}
+	define, err := lease.ParseDefinitionMode(cc.String("pool-definition"))
+	if err != nil {
+		return settings{}, fmt.Errorf("--pool-definition: %w", err)
+	}
 	topic := c.String("topic")
 	if topic == "" && cc.Command != nil && cc.Command.Name == "bulk-load" {
 		topic = defaultLoadTopic
@@ -133,13 +143,14 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	s := settings{
 		log:     log,
 		redis:   redisCfg,
+		define:  define,
 		sinkURL: c.String("sink"),
 		worker: worker.Config{
 			Brokers:          brokers,
 			Kafka:            kafka,
 			Topic:            topic,
 			Group:            c.String("group"),
-			Pool:             lease.Pool{Name: c.String("pool"), Capacity: c.Float64("capacity"), Unit: unit, Partitions: c.Int("partitions"), TTL: c.Duration("lease-ttl"), Ramp: ramp},
+			Pool:             lease.Pool{Name: c.String("pool"), Capacity: capacity, Unit: unit, Partitions: c.Int("partitions"), TTL: c.Duration("lease-ttl"), Ramp: ramp, Source: source},
 			Reserved:         c.Int("reserved-partitions"),
 			Pricing:          pricing,
 			IDField:          c.String("id-field"),
@@ -183,28 +194,29 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	}
 	if s.sinkURL != "" {
 		if err := sink.CheckURL(s.sinkURL); err != nil {
-			return s, fmt.Errorf("--sink: %w; %s", err, sinkURLForms)
+			return s, fmt.Errorf("--sink: %w; %s", err, "a sink URL looks like "+sink.URLForms)
 		}
 	}
 	if s.sinkOpts, err = sinkOptions(cc, log, s.worker.RequestTimeout); err != nil {
 		return s, err
 	}
 	s.sinkOpts.Unit = unit
+	if source.Kind == lease.SourceSink {
+		if err := sink.CheckCapacitySource(s.sinkURL, unit, s.sinkOpts.REST.Array); err != nil {
+			return s, fmt.Errorf("--capacity sink: %w", err)
+		}
+	}
 	return s, nil
 }
 
 // defaultLoadTopic is bulk-load's topic without --topic.
 const defaultLoadTopic = "records"
 
-// sinkURLForms says what a --sink URL looks like, for its errors.
-const sinkURLForms = "a sink URL looks like http://host:8088 (the sink emulator), rest+https://api.example.com/items/{$id} (a REST API), " +
-	"postgres://user@host:5432/db?table=T, azuretables://account.table.core.windows.net?table=T, dynamodb://table?region=R or s3://bucket/prefix"
-
 // requireSink says a command needs --sink: the throttled service has no
 // default, so that nothing is written to an emulator by mistake.
 func requireSink(s settings) error {
 	if s.sinkURL == "" {
-		return fmt.Errorf("--sink: required: the throttled service to write to (%s)", sinkURLForms)
+		return fmt.Errorf("--sink: required: the throttled service to write to (%s)", "a sink URL looks like "+sink.URLForms)
 	}
 	return nil
 }
@@ -216,6 +228,46 @@ func requireTopic(s settings) error {
 		return errors.New("--topic: required: the Kafka topic to drain (or --type NAME with --types FILE, whose record type names it)")
 	}
 	return nil
+}
+
+// readCapacity reads --capacity (a number, sink or probe; a types file's
+// pool gives a number) and the capacity source's flags.
+func readCapacity(c flagValues) (float64, lease.Source, error) {
+	var (
+		capacity float64
+		kind     lease.SourceKind
+		err      error
+	)
+	if v, ok := c.typed["capacity"].(float64); ok {
+		capacity = v
+	} else if capacity, kind, err = lease.ParseCapacity(c.String("capacity")); err != nil {
+		if c.String("capacity") == "" {
+			err = errors.New("required: a number of units/s, sink (read it from the sink) or probe (find it)")
+		}
+		return 0, lease.Source{}, fmt.Errorf("--capacity: %w", err)
+	}
+	src := lease.Source{Kind: kind}
+	if kind == lease.SourceNumber {
+		for _, flag := range []string{"capacity-floor", "capacity-ceiling", "capacity-every", "probe-margin", "probe-reprobe"} {
+			if c.IsSet(flag) {
+				return 0, src, fmt.Errorf("--%s: only with --capacity sink or probe", flag)
+			}
+		}
+		return capacity, src, nil
+	}
+	if kind == lease.SourceSink {
+		for _, flag := range []string{"probe-margin", "probe-reprobe"} {
+			if c.IsSet(flag) {
+				return 0, src, fmt.Errorf("--%s: only with --capacity probe", flag)
+			}
+		}
+	}
+	src.Floor, src.Ceiling, src.Every = c.Float64("capacity-floor"), c.Float64("capacity-ceiling"), c.Duration("capacity-every")
+	src.Margin, src.Reprobe = c.Float64("probe-margin"), c.Duration("probe-reprobe")
+	// A placeholder until the pool is defined: the worker reads the sink
+	// or starts the probe at its floor.
+	capacity = max(src.Floor, src.Ceiling, 1)
+	return capacity, src, nil
 }
 
 // readRamp reads --ramp and the --ramp-* flags; a preset's fields are
@@ -259,7 +311,10 @@ func startError(err error) error {
 	case errors.Is(err, lease.ErrPoolMismatch):
 		return usageError(fmt.Errorf("%w.\nWorkers and loads of one throttled service share its pool, and its definition. If this command writes to "+
 			"another service, give it a pool of its own with --pool NAME; if the service's capacity changed, change the pool's with "+
-			"`sluice pool set --pool NAME --capacity N` (its workers follow) and start this command with the new values", err))
+			"`sluice pool set --pool NAME --capacity N` (its workers follow) and start this command with the new values, "+
+			"or start it with --pool-definition apply, which changes the pool live to its definition", err))
+	case errors.Is(err, lease.ErrPoolFlapping):
+		return usageError(fmt.Errorf("%w (--pool-definition adopt)", err))
 	case errors.Is(err, worker.ErrConfig), errors.Is(err, lease.ErrInvalidPool):
 		return usageError(err)
 	}

@@ -1,0 +1,94 @@
+package worker_test
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/sinksim"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// probing attaches a capacity controller to a worker, as worker.Start does
+// for the first worker of each process.
+func (w *world) probing(pool lease.Pool) func(*worker.Worker) ingest.Runner {
+	return func(wk *worker.Worker) ingest.Runner {
+		ctrl, err := worker.NewController(pool, []redis.UniversalClient{w.redis}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), wk)
+		require.NoError(w.t, err)
+		return ctrl
+	}
+}
+
+// The probe on virtual time: three workers, each its own process
+// with its own controller, drain a backlog of 60,000 records into a sink
+// provisioned for 1,500 records/s that nobody told them about. The pool
+// starts at the probe's floor; within 30 s its capacity is at least 90 %
+// of the sink's, throttled attempts stay within 2 % of the sends, and from
+// the convergence on no sliding second at the sink holds more than 1,500.
+// The emulator enforces its capacity over a strict sliding window here; in
+// its bucket mode (a second of capacity in reserve, which hides an
+// overshoot until it runs dry) the probe's estimate is noisier: see the
+// README's Capacity section and the e2e case, which runs that mode.
+func TestProbeFindsTheSinksCapacity(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{sinksim.ModeWindow} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				const capacity, n = 1500, 60000
+				w := newWorld(t, sinksim.Config{Capacity: capacity, Mode: mode})
+				pool := w.pool(lease.Pool{Name: "probed", Capacity: lease.DefaultProbeFloor, Partitions: 12,
+					Source: lease.Source{Kind: lease.SourceProbe}})
+				w.queue.add(records("p", n, nil)...)
+				began := time.Now()
+				var stops []func() error
+				for _, id := range []string{"a", "b", "c"} {
+					stops = append(stops, w.start(id, worker.Config{Pool: pool, IDField: "id"}, w.probing(pool)))
+				}
+				// Converged: from when the capacity stays within 90-100 % of
+				// the sink's.
+				var (
+					converged time.Duration
+					trace     []float64
+				)
+				for !w.queue.finished() && time.Since(began) < 5*time.Minute {
+					time.Sleep(time.Second)
+					st, err := lease.Status(t.Context(), w.redis, "", "probed")
+					require.NoError(t, err)
+					trace = append(trace, st.EffectiveRate)
+					switch in := st.EffectiveRate >= 0.9*capacity && st.EffectiveRate <= capacity; {
+					case in && converged == 0:
+						converged = time.Since(began)
+					case !in:
+						converged = 0
+					}
+				}
+				w.drain(time.Minute, stops...)
+				var tot ingest.Totals
+				for _, wk := range w.workers {
+					t := wk.Counters().Totals()
+					tot.Attempts += t.Attempts
+					tot.Throttled += t.Throttled
+					tot.DeadLettered += t.DeadLettered
+				}
+				after := w.busiestBetween(time.Second, converged, time.Hour)
+				t.Logf("capacity each second: %v", trace)
+				t.Logf("converged to ≥ 90%% of %d after %s; %d of %d attempts throttled (%.2f %%); busiest second after: %d; stored %d in %s",
+					capacity, converged, tot.Throttled, tot.Attempts, 100*float64(tot.Throttled)/float64(tot.Attempts), after, w.stored(), w.lastAccept())
+				require.EqualValues(t, n, w.stored(), "every record once")
+				require.Zero(t, tot.DeadLettered, "throttled records are never dead-lettered")
+				require.NotZero(t, converged, "the capacity reached 90 %% of the sink's")
+				require.LessOrEqual(t, converged, 30*time.Second, "within 30 s")
+				require.LessOrEqual(t, float64(tot.Throttled), 0.02*float64(tot.Attempts), "throttled attempts ≤ 2 %% of the sends")
+				require.LessOrEqual(t, after, int64(capacity), "no sliding second over the sink's capacity after convergence")
+			})
+		})
+	}
+}
