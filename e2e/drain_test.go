@@ -22,8 +22,8 @@ import (
 )
 
 // Case 1: the USGS file bulk-loaded while three worker processes drain it.
-// 24 capacity partitions split evenly among three workers, as the README
-// advises, so that workers with equal backlogs finish together. At 1,000
+// 24 capacity partitions split evenly among three workers, as
+// docs/production.md advises, so that workers with equal backlogs finish together. At 1,000
 // records/s the load lasts about 9.4 s: the first and the last slice
 // (200 ms each) of three workers cost about 0.25 s however long a load runs,
 // 5 % of a 4.7 s load at 2,000 records/s and under 3 % of this one, so the
@@ -144,7 +144,7 @@ func TestSinkSideSecondHoldsWithDefaults(t *testing.T) {
 			var seconds, slicesOver, utilizations []float64
 			for run := range runs {
 				// 20 capacity partitions for two workers, 24 for three: a pool
-				// that divides evenly among the workers, as README advises.
+				// that divides evenly among the workers, as docs/production.md advises.
 				e := newEnv(t, capacity, map[int]int{2: 20, 3: 24}[workers], 15*time.Second)
 				for i := range workers {
 					e.worker(fmt.Sprintf("w%d", i+1))

@@ -160,7 +160,7 @@ func TestHelmChart(t *testing.T) {
 	t.Run("KEDA only where the cluster serves it", h.testKEDAOnlyWhereServed)
 	t.Run("the PDB lets unready workers go", h.testPDBEvictionPolicy)
 	t.Run("every sink scheme", h.testSinkSchemes)
-	t.Run("the READMEs' install commands", h.testREADMECommands)
+	t.Run("the documented install commands", h.testREADMECommands)
 }
 
 // helmChart is the chart under deploy/helm/sluice, loaded, and what its
@@ -604,12 +604,13 @@ func (h *helmChart) testSinkSchemes(t *testing.T) {
 	}
 }
 
-// testREADMECommands renders and lints every helm command of the READMEs'
-// shell blocks, on a cluster with KEDA and prometheus-operator and on one
-// with neither, and checks that they use every example values file.
+// testREADMECommands renders and lints every helm command of the shell
+// blocks of docs/production.md and the chart's README, on a cluster with
+// KEDA and prometheus-operator and on one with neither, and checks that
+// they use every example values file.
 func (h *helmChart) testREADMECommands(t *testing.T) {
 	t.Chdir(h.root) // the commands run from the repository's root
-	cmds := readmeHelmCommands(t, h.root, "README.md", filepath.Join("deploy", "helm", "sluice", "README.md"))
+	cmds := readmeHelmCommands(t, h.root, filepath.Join("docs", "production.md"), filepath.Join("deploy", "helm", "sluice", "README.md"))
 	perFile := map[string]int{}
 	usedExamples := map[string]bool{}
 	multiBroker := false
@@ -637,7 +638,7 @@ func (h *helmChart) testREADMECommands(t *testing.T) {
 		}
 		requireLintClean(t, h.dir, vals)
 	}
-	require.GreaterOrEqual(t, perFile["README.md"], 1, "README.md's Kubernetes section installs the chart")
+	require.GreaterOrEqual(t, perFile[filepath.Join("docs", "production.md")], 1, "docs/production.md's Kubernetes section installs the chart")
 	require.GreaterOrEqual(t, perFile[filepath.Join("deploy", "helm", "sluice", "README.md")], 4, "the chart README's commands")
 	require.True(t, multiBroker, "some command gives several brokers, the case --set splits at the comma")
 	examples, err := filepath.Glob(filepath.Join("deploy", "helm", "examples", "*.yaml"))
@@ -1758,8 +1759,8 @@ func (discardProducer) Produce(context.Context, string, []ingest.Record) error {
 	return fmt.Errorf("not in this test")
 }
 
-// helmCommand is one `helm install` or `helm upgrade --install` of a
-// README, its words as the shell passes them.
+// helmCommand is one `helm install` or `helm upgrade --install` of the
+// docs, its words as the shell passes them.
 type helmCommand struct {
 	file string
 	line uint

@@ -35,7 +35,7 @@ func (w *world) probing(pool lease.Pool) func(*worker.Worker) ingest.Runner {
 // The emulator enforces its capacity over a strict sliding window here; in
 // its bucket mode (a second of capacity in reserve, which hides an
 // overshoot until it runs dry) the probe's estimate is noisier: see the
-// README's Capacity section and the e2e case, which runs that mode.
+// Capacity section of docs/capacity.md and the e2e case, which runs that mode.
 func TestProbeFindsTheSinksCapacity(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{sinksim.ModeWindow} {

@@ -187,7 +187,7 @@ func bulkLoad(c *cli.Context) error {
 
 // deadLetterDir is where --embedded keeps its dead letters without
 // --summary-json: a folder of the working directory that .gitignore's
-// ".sluice/" pattern (README) covers.
+// ".sluice/" pattern (docs/bulk-loads.md) covers.
 const deadLetterDir = ".sluice"
 
 // defaultDeadLetterFile is --embedded's --dead-letter-file:
