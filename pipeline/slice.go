@@ -89,6 +89,9 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		if err != nil {
 			return
 		}
+		// The slice ends a slice after it opened, whatever the settle
+		// below takes: its sends must not run into the next slice's.
+		end := time.Now().Add(p.cfg.Slice)
 		if g, ok := p.p.Pacer.(ingest.GuardReporter); ok && budget > 0 {
 			p.c.NoteGuard(g.Guard())
 		}
@@ -126,7 +129,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		// The sends flow at the budget's rate: over the whole slice when
 		// the budget is used, over its share of it when the queue ran dry
 		// first (the last records of a load are not held back).
-		span := p.cfg.Slice
+		span := end.Sub(open)
 		if budget > 0 && spent < budget && !p.ranges.holding() {
 			span = time.Duration(float64(span) * float64(spent) / float64(budget))
 		}
@@ -137,22 +140,21 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 			// (With hot key ranges in play the budget is left unspent
 			// on purpose: their records wait for their range's rate.)
 			var ok bool
-			if head, ok = p.topUp(ctx, writeCtx, writing, open, budget, spent, head); !ok {
+			if head, ok = p.topUp(ctx, writeCtx, writing, end, budget, spent, head); !ok {
 				return
 			}
 		}
 	}
 }
 
-// topUp goes on spending a slice opened at open with budget units, spent
+// topUp goes on spending a slice ending at end with budget units, spent
 // of them sent, while its time lasts: the records fetched since it opened
 // are taken and sent at the budget's rate. Without it, what a slice sends
 // would be bounded by what was in flight when it opened, and the pipeline
 // by that bound ÷ the slice, however fast the sink. Nothing is sent beyond
 // the budget Next gave, so the pacing is the same. It returns the fresh
 // record it could not fit (the new head); ok is false once ctx is done.
-func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup, open time.Time, budget, spent int64, head *item) (_ *item, ok bool) {
-	end := open.Add(p.cfg.Slice)
+func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup, end time.Time, budget, spent int64, head *item) (_ *item, ok bool) {
 	for spent < budget {
 		if head == nil {
 			if head = p.nextFresh(); head == nil {
