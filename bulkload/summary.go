@@ -80,7 +80,7 @@ type Summary struct {
 	// the last send to the last acknowledgement (the last answers).
 	HeadS float64 `json:"head_s"`
 	TailS float64 `json:"tail_s"`
-	WallS     float64 `json:"wall_s"`    // the whole load, from its start to the summary, seconds
+	WallS float64 `json:"wall_s"` // the whole load, from its start to the summary, seconds
 	// IdealS is UnitsSent / capacity (without in-process workers,
 	// CostTotal / capacity): the least time the sink needed for what it
 	// was sent. Utilization is IdealS / ElapsedS.
