@@ -174,6 +174,12 @@ func (m *Manager) Effective(now time.Time) float64 {
 	return m.sched.effective(now)
 }
 
+// Priority returns the worker's class in the pool (Config.Priority).
+func (m *Manager) Priority() Priority { return m.cfg.Priority }
+
+// Weight returns the worker's weight inside its class (Config.Weight).
+func (m *Manager) Weight() int { return m.cfg.Weight }
+
 // Margin returns the safety margin in effect.
 func (m *Manager) Margin() time.Duration { return m.cfg.Margin }
 
@@ -364,7 +370,7 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	need := m.needLocked(now)
 	m.takeTurn(now, need, len(m.held))
 	me := announcement{Want: m.wantLocked(), Demand: m.demand, Reserved: m.cfg.Reserved, Backlog: m.backlog,
-		Need: need, NeedSince: m.needSince.UnixMilli()}
+		Need: need, NeedSince: m.needSince.UnixMilli(), Priority: m.cfg.Priority, Weight: m.cfg.Weight}
 	m.ledger.prune(now.Add(-HistoryKeep))
 	m.mu.Unlock()
 
@@ -394,10 +400,14 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	share := min(me.Want, len(m.Held())) // if the members cannot be read
 	if m.peers != nil {
 		list := make([]member, 0, len(m.peers)+1)
-		list = append(list, member{Worker: m.cfg.WorkerID, Want: me.Want, Reserved: me.Reserved, Need: me.Need, NeedSince: me.NeedSince})
+		list = append(list, me.member(m.cfg.WorkerID))
+		classmates := 1 // members of this worker's class, itself included
 		for w, a := range m.peers {
 			if w != m.cfg.WorkerID {
-				list = append(list, member{Worker: w, Want: a.Want, Reserved: a.Reserved, Need: a.Need, NeedSince: a.NeedSince})
+				list = append(list, a.member(w))
+				if a.Priority == me.Priority {
+					classmates++
+				}
 			}
 		}
 		parts := m.partitionsNow()
@@ -412,13 +422,15 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 			m.wokeAt = now
 		}
 		if now.Sub(m.wokeAt) < wokenFor*m.cfg.Tick {
-			// Just woken: idle peers that woke at the same time may not
-			// have announced yet, so take no more than an equal split of
-			// the members for a few ticks, and grow to the fair share
-			// after. Workers that start on one backlog together split it
-			// at once instead of one taking every partition and handing
-			// most back a tick later.
-			share = min(share, max((parts+len(list)-1)/len(list), m.cfg.Reserved))
+			// Just woken: idle peers of its class that woke at the same
+			// time may not have announced yet, so take no more than an
+			// equal split among the class's members for a few ticks, and
+			// grow to the fair share after. Workers that start on one
+			// backlog together split it at once instead of one taking
+			// every partition and handing most back a tick later. (Peers
+			// of a lower class yield to it whatever it takes; those of a
+			// higher class take from it.)
+			share = min(share, max((parts+classmates-1)/classmates, m.cfg.Reserved))
 		}
 	}
 	m.announced = me.Want

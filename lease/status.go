@@ -33,6 +33,9 @@ type PoolStatus struct {
 	ETA time.Duration `json:"-"`
 	// ETASeconds is ETA in seconds, for JSON.
 	ETASeconds float64 `json:"eta_s"`
+	// Classes are the priority classes that have members, highest first
+	// (the order the pool serves them in).
+	Classes []ClassStatus `json:"classes"`
 	// Members are the workers announcing demand, by worker ID.
 	Members []MemberStatus `json:"members"`
 	// Partitions are all P partitions, by index.
@@ -53,19 +56,50 @@ type MemberStatus struct {
 	Holds int `json:"holds_partitions"`
 	// Backlog is the units waiting for the worker, -1 unknown.
 	Backlog float64 `json:"backlog_units"`
+	// Priority is the worker's class; Weight its weight inside the class
+	// (0 for a holder that is no longer a member).
+	Priority Priority `json:"priority"`
+	Weight   int      `json:"weight"`
+}
+
+// ClassStatus sums one priority class's members.
+type ClassStatus struct {
+	Priority Priority `json:"priority"`
+	// Workers is how many members announce this class.
+	Workers int `json:"workers"`
+	// Demand is the sum of their announced demands in units/s; +Inf when
+	// one of them has a backlog (the string "+Inf" in JSON).
+	Demand float64 `json:"-"`
+	// Holds is how many partitions they hold, reserved ones included;
+	// Leased is that in units/s (Holds × PartitionRate).
+	Holds  int     `json:"holds_partitions"`
+	Leased float64 `json:"leased_units_per_s"`
+}
+
+// MarshalJSON encodes the demand as a number, or "+Inf".
+func (s ClassStatus) MarshalJSON() ([]byte, error) {
+	type plain ClassStatus
+	return json.Marshal(struct {
+		plain
+		Demand any `json:"demand_units_per_s"`
+	}{plain(s), jsonRate(s.Demand)})
+}
+
+// jsonRate is v as a JSON number, or as a string when it is not finite.
+func jsonRate(v float64) any {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return v
 }
 
 // MarshalJSON encodes the demand as a number, or "+Inf".
 func (s MemberStatus) MarshalJSON() ([]byte, error) {
 	type plain MemberStatus
-	var demand any = s.Demand
-	if math.IsInf(s.Demand, 0) || math.IsNaN(s.Demand) {
-		demand = strconv.FormatFloat(s.Demand, 'g', -1, 64)
-	}
 	return json.Marshal(struct {
 		plain
 		Demand any `json:"demand_units_per_s"`
-	}{plain(s), demand})
+	}{plain(s), jsonRate(s.Demand)})
 }
 
 // PartitionStatus is who holds one partition.
@@ -126,8 +160,20 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 		}
 		st.Partitions[i] = ps
 	}
+	classes := map[Priority]*ClassStatus{}
 	for w, a := range members {
-		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: a.Demand, Reserved: a.Reserved, Holds: holds[w], Backlog: a.Backlog})
+		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: a.Demand, Reserved: a.Reserved, Holds: holds[w], Backlog: a.Backlog,
+			Priority: a.Priority, Weight: max(a.Weight, DefaultWeight)})
+		c := classes[a.Priority]
+		if c == nil {
+			c = &ClassStatus{Priority: a.Priority}
+			classes[a.Priority] = c
+		}
+		c.Workers++
+		c.Holds += holds[w]
+		if a.Demand > 0 {
+			c.Demand += a.Demand
+		}
 		delete(holds, w)
 		if a.Backlog >= 0 {
 			st.Backlog = max(st.Backlog, 0) + a.Backlog
@@ -140,6 +186,11 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 	for w, n := range holds { // holders that are no longer members (crashed, or just leaving)
 		st.Members = append(st.Members, MemberStatus{Worker: w, Holds: n, Backlog: -1})
 	}
+	for _, c := range classes {
+		c.Leased = float64(c.Holds) * st.PartitionRate
+		st.Classes = append(st.Classes, *c)
+	}
+	slices.SortFunc(st.Classes, func(a, b ClassStatus) int { return cmp.Compare(b.Priority, a.Priority) })
 	slices.SortFunc(st.Members, func(a, b MemberStatus) int { return cmp.Compare(a.Worker, b.Worker) })
 	return st, nil
 }
@@ -157,13 +208,31 @@ func (s PoolStatus) String() string {
 	if s.Backlog >= 0 {
 		fmt.Fprintf(&b, "backlog: %v %s, ETA %v at the pool's rate\n", s.Backlog, s.Pool.Unit, s.ETA.Round(100*time.Millisecond))
 	}
+	if len(s.Classes) > 0 {
+		fmt.Fprintf(&b, "classes (served highest first):\n")
+	}
+	for _, c := range s.Classes {
+		workers := "workers"
+		if c.Workers == 1 {
+			workers = "worker"
+		}
+		fmt.Fprintf(&b, "  %-6s  %d %s, demand %v %s/s, leased %v %s/s (%d partitions)\n",
+			c.Priority, c.Workers, workers, c.Demand, s.Pool.Unit, c.Leased, s.Pool.Unit, c.Holds)
+	}
 	fmt.Fprintf(&b, "members (%d):\n", len(s.Members))
 	for _, m := range s.Members {
 		reserved := ""
 		if m.Reserved > 0 {
 			reserved = fmt.Sprintf(" (%d reserved)", m.Reserved)
 		}
-		fmt.Fprintf(&b, "  %s  wants %d%s, holds %d partitions, demand %v %s/s\n", m.Worker, m.Want, reserved, m.Holds, m.Demand, s.Pool.Unit)
+		class := ""
+		if m.Weight > 0 { // a member, not a leftover holder
+			class = fmt.Sprintf(", %s", m.Priority)
+			if m.Weight != DefaultWeight {
+				class += fmt.Sprintf(" weight %d", m.Weight)
+			}
+		}
+		fmt.Fprintf(&b, "  %s  wants %d%s, holds %d partitions, demand %v %s/s%s\n", m.Worker, m.Want, reserved, m.Holds, m.Demand, s.Pool.Unit, class)
 	}
 	held := 0
 	for _, p := range s.Partitions {
