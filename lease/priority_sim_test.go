@@ -28,6 +28,10 @@ func bubbleRedis(t *testing.T) redis.UniversalClient {
 	c := redis.NewClient(&redis.Options{
 		Dialer:                   func(context.Context, string, string) (net.Conn, error) { return mr.Dial() },
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		// More connections than the managers ever use at once: go-redis
+		// waits for a connection with a timer from a pool shared by the
+		// whole process, which a bubble must never take from another.
+		PoolSize: 512,
 	})
 	t.Cleanup(func() {
 		_ = c.Close()

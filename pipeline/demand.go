@@ -7,36 +7,60 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 )
 
-// Demand timing. A worker that stops having a backlog keeps asking for its
-// share for backlogHold, so a queue that runs dry between two fetches does
-// not hand partitions back and forth. One whose source has had nothing for
-// dryAfter asks for nothing, so peers with a backlog get its share at once;
-// when the source reports its lag (Lagger), caughtUpAfter with no lag and
-// nothing fetched is enough.
+// Demand timing. A worker that announced a backlog of unknown size keeps
+// asking for everything for backlogHold, so a queue that runs dry between
+// two fetches does not hand partitions back and forth. One whose source
+// has had nothing for dryAfter asks for nothing, so peers with a backlog
+// get its share at once; when the source reports its lag (Lagger),
+// caughtUpAfter with no lag and nothing fetched is enough. A worker asks
+// to drain what waits for it beyond one slice at its rate within
+// drainWithin.
 const (
 	backlogHold   = time.Second
 	dryAfter      = 200 * time.Millisecond
 	caughtUpAfter = 100 * time.Millisecond
-	headroom      = 1.25 // demand over the rate sent, for a rising arrival rate
+	drainWithin   = 500 * time.Millisecond
 )
 
-// demand estimates what a worker asks of its pool (Capacity.SetDemand).
+// demand estimates what a worker asks of its pool (Capacity.SetDemand):
+// the rate it could use, no more, so that a pool shared by priority
+// classes can give a lower class everything a higher one does not use.
+//
+//   - A bulk load that leases ahead asks for everything (+Inf) until its
+//     first record arrives.
+//   - A worker that keeps up (every record fetched fitted its slice's
+//     budget) asks for its arrival rate: the units it sent in the last
+//     second.
+//   - A worker whose records wait beyond its slice's budget (capped: it
+//     uses all it holds) asks for at least the rate it holds.
+//   - Either way, units waiting for it (its queue lag, what it fetched,
+//     retries due) beyond one slice at that rate add what drains them
+//     within drainWithin, so a rising arrival rate or a backlog is asked
+//     for within a slice or two.
+//   - A capped worker that cannot tell how much waits (a source without
+//     Lagger, records held back by a hot key range) asks for everything
+//     (+Inf) and keeps asking for backlogHold.
+//   - A worker whose source has run dry asks for nothing.
+//
 // The fetcher updates started and fetchingSince; the slice loop calls
 // estimate.
 type demand struct {
 	leaseAhead    bool
+	slice         time.Duration
 	started       atomic.Bool  // a record was fetched
 	fetchingSince atomic.Int64 // unix ns since the fetcher waits in Source.Fetch; 0 when it does not
 	lag           func() int64 // the source's lag, nil when unknown
 
-	lastBacklog time.Time   // slice loop only
+	lastBacklog time.Time   // slice loop only: the last +Inf
 	recent      recentUnits // units sent in the last second
 }
 
-// estimate returns the demand in units/s. backlog: records are waiting
-// beyond this slice's budget; idle: nothing is queued or waiting for a retry.
-func (d *demand) estimate(now time.Time, backlog, idle bool) float64 {
-	if backlog || (d.leaseAhead && !d.started.Load()) {
+// estimate returns the demand in units/s at now. capped: records wait
+// beyond this slice's budget; waiting: the units waiting for the worker
+// (queue lag, fetched, retries due), -1 when unknown; leased: the rate the
+// worker holds, units/s; idle: nothing is queued or waiting for a retry.
+func (d *demand) estimate(now time.Time, capped bool, waiting, leased float64, idle bool) float64 {
+	if d.leaseAhead && !d.started.Load() {
 		d.lastBacklog = now
 		return ingest.Inf
 	}
@@ -46,10 +70,20 @@ func (d *demand) estimate(now time.Time, backlog, idle bool) float64 {
 			return 0
 		}
 	}
-	if now.Sub(d.lastBacklog) < backlogHold {
+	rate := float64(d.recent.sum(now))
+	switch {
+	case capped && waiting < 0:
+		d.lastBacklog = now
+		return ingest.Inf
+	case capped:
+		rate = max(rate, leased)
+	case now.Sub(d.lastBacklog) < backlogHold:
 		return ingest.Inf
 	}
-	return float64(d.recent.sum(now)) * headroom
+	if excess := waiting - rate*d.slice.Seconds(); excess > 0 {
+		rate += excess / drainWithin.Seconds()
+	}
+	return rate
 }
 
 // recentUnits sums the units sent in the last second.

@@ -64,6 +64,9 @@ type accept struct {
 	units int64
 }
 
+// bubblePoolSize is the Redis connections a world's client may open.
+const bubblePoolSize = 512
+
 // newWorld starts a world; call it inside a bubble. The sink emulator
 // admits at capacity units/s in its strict window mode unless cfg says
 // otherwise; requests take transit(n) to reach it and as long back for the
@@ -105,6 +108,11 @@ func newWorld(t *testing.T, cfg sinksim.Config) *world {
 		Dialer: func(context.Context, string, string) (net.Conn, error) { return w.mr.Dial() },
 		// No DNS lookup of the (unused) address inside the bubble.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		// More connections than the workers ever use at once (an acquire
+		// tries many partitions together): go-redis waits for a connection
+		// with a timer from a pool shared by the whole process, which a
+		// bubble must never take from another (a fatal error).
+		PoolSize: bubblePoolSize,
 	})
 	t.Cleanup(func() {
 		_ = w.redis.Close()
@@ -207,12 +215,15 @@ func (w *world) sink() *sink.HTTPSink {
 	return s
 }
 
-// start builds a worker with cfg (its Source, Redis, Sink and dead letters
-// filled in) and runs it until the returned stop is called.
+// start builds a worker with cfg (its Redis, Sink and dead letters filled
+// in, and its Source the world's queue unless cfg has one) and runs it
+// until the returned stop is called.
 func (w *world) start(id string, cfg worker.Config) (stop func() error) {
 	w.t.Helper()
 	cfg.WorkerID = id
-	cfg.Source = w.queue
+	if cfg.Source == nil {
+		cfg.Source = w.queue
+	}
 	cfg.Redis = []redis.UniversalClient{w.redis}
 	cfg.Sink = w.sink()
 	cfg.DeadLetters = w.queue
