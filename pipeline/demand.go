@@ -32,11 +32,12 @@ const (
 //     budget) asks for its arrival rate: the units it sent in the last
 //     second.
 //   - A worker whose records wait beyond its slice's budget (capped: it
-//     uses all it holds) asks for at least the rate it holds.
-//   - Either way, units waiting for it (its queue lag, what it fetched,
-//     retries due) beyond one slice at that rate add what drains them
-//     within drainWithin, so a rising arrival rate or a backlog is asked
-//     for within a slice or two.
+//     uses all it holds) asks for at least the rate it holds, plus what
+//     drains the units waiting for it (its queue lag, what it fetched,
+//     retries) within drainWithin, so a rising arrival rate or a backlog
+//     is asked for within a slice or two.
+//   - One that keeps up adds that only for what waits beyond one slice at
+//     its rate (records on their way from the queue are not a backlog).
 //   - A capped worker that cannot tell how much waits (a source without
 //     Lagger, records held back by a hot key range) asks for everything
 //     (+Inf) and keeps asking for backlogHold.
@@ -76,10 +77,13 @@ func (d *demand) estimate(now time.Time, capped bool, waiting, leased float64, i
 		d.lastBacklog = now
 		return ingest.Inf
 	case capped:
-		rate = max(rate, leased)
+		// All that waits is beyond this slice's budget.
+		return max(rate, leased) + max(waiting, 0)/drainWithin.Seconds()
 	case now.Sub(d.lastBacklog) < backlogHold:
 		return ingest.Inf
 	}
+	// Keeping up: what waits (records on their way from the queue) counts
+	// only beyond one slice at the rate.
 	if excess := waiting - rate*d.slice.Seconds(); excess > 0 {
 		rate += excess / drainWithin.Seconds()
 	}
