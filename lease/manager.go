@@ -32,6 +32,11 @@ const HistoryKeep = 10 * time.Second
 // woken by the same backlog to announce theirs.
 const wokenFor = 3
 
+// fallAtOnce is how many partitions below an announced want of want a new
+// want must be to be announced at once rather than at the next keep-alive:
+// an eighth of it, and at least 2.
+func fallAtOnce(want int) int { return max(2, want/8) }
+
 // errReservedShort is logged while the worker holds fewer partitions than
 // it reserves.
 var errReservedShort = errors.New("lease: reserved partitions not free")
@@ -375,12 +380,14 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	m.mu.Unlock()
 
 	keepAlive := !m.annAt.IsZero() && !now.Before(m.annAt.Add(m.cfg.KeepAlive))
-	if me.Want > 0 && me.Want < m.lastAnn.Want && !m.annAt.IsZero() && !keepAlive {
-		// A fall to a smaller want waits for the keep-alive (a fall to
-		// nothing does not): a demand that wavers between two values, as a
-		// worker's rate-based demand does, costs no announcement, and no
-		// read by every peer, each time it dips. Until then the worker
-		// keeps the share of the want it announced, as its peers compute.
+	if me.Want > 0 && me.Want < m.lastAnn.Want && m.lastAnn.Want-me.Want < fallAtOnce(m.lastAnn.Want) && !m.annAt.IsZero() && !keepAlive {
+		// A small fall to a smaller want waits for the keep-alive (a fall
+		// to nothing, or by fallAtOnce, does not): a demand that wavers
+		// between two values, as a worker's rate-based demand does, costs
+		// no announcement, and no read by every peer, each time it dips.
+		// Until then the worker keeps the share of the want it announced,
+		// as its peers compute. A large fall (a backlog drained) gives
+		// the peers, a lower class above all, their capacity back at once.
 		me.Want = m.lastAnn.Want
 	}
 	// The first announcement changes the peers' shares only if it wants

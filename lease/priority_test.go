@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -249,4 +250,20 @@ func TestClassesOnRedis(t *testing.T) {
 	ended := time.Now()
 	require.NoError(t, stop())
 	requireCreditWithinCapacity(t, 1000, began.Add(-time.Second), ended, time.Second, 2*time.Millisecond, low, high)
+}
+
+// `sluice pool status --json` reads back into a PoolStatus, demands of
+// +Inf included.
+func TestStatusJSONRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := PoolStatus{Classes: []ClassStatus{{Priority: PriorityHigh, Workers: 2, Demand: 1400, Holds: 70, Leased: 1400}, {Priority: PriorityLow, Workers: 1, Demand: ingest.Inf}},
+		Members: []MemberStatus{{Worker: "a", Want: 3, Demand: ingest.Inf, Priority: PriorityLow, Weight: 2}, {Worker: "b", Demand: 250, Priority: PriorityHigh, Weight: 1}}}
+	data, err := json.Marshal(in)
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"priority":"high"`)
+	require.Contains(t, string(data), `"demand_units_per_s":"+Inf"`)
+	var out PoolStatus
+	require.NoError(t, json.Unmarshal(data, &out))
+	require.Equal(t, in.Classes, out.Classes)
+	require.Equal(t, in.Members, out.Members)
 }

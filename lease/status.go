@@ -85,6 +85,46 @@ func (s ClassStatus) MarshalJSON() ([]byte, error) {
 	}{plain(s), jsonRate(s.Demand)})
 }
 
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (s *ClassStatus) UnmarshalJSON(b []byte) error {
+	type plain ClassStatus
+	v := struct {
+		*plain
+		Demand json.RawMessage `json:"demand_units_per_s"`
+	}{plain: (*plain)(s)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	return readRate(v.Demand, &s.Demand)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (s *MemberStatus) UnmarshalJSON(b []byte) error {
+	type plain MemberStatus
+	v := struct {
+		*plain
+		Demand json.RawMessage `json:"demand_units_per_s"`
+	}{plain: (*plain)(s)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	return readRate(v.Demand, &s.Demand)
+}
+
+// readRate reads a rate written by jsonRate into v (absent: 0).
+func readRate(raw json.RawMessage, v *float64) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		f, err := strconv.ParseFloat(s, 64)
+		*v = f
+		return err
+	}
+	return json.Unmarshal(raw, v)
+}
+
 // jsonRate is v as a JSON number, or as a string when it is not finite.
 func jsonRate(v float64) any {
 	if math.IsInf(v, 0) || math.IsNaN(v) {

@@ -13,13 +13,14 @@ import (
 // has had nothing for dryAfter asks for nothing, so peers with a backlog
 // get its share at once; when the source reports its lag (Lagger),
 // caughtUpAfter with no lag and nothing fetched is enough. A worker asks
-// to drain what waits for it beyond one slice at its rate within
-// drainWithin.
+// to drain what waits for it within drainWithin, on top of its arrival
+// rate measured over arrivalWindow.
 const (
 	backlogHold   = time.Second
 	dryAfter      = 200 * time.Millisecond
 	caughtUpAfter = 100 * time.Millisecond
-	drainWithin   = 500 * time.Millisecond
+	drainWithin   = 250 * time.Millisecond
+	arrivalWindow = time.Second
 )
 
 // demand estimates what a worker asks of its pool (Capacity.SetDemand):
@@ -28,19 +29,28 @@ const (
 //
 //   - A bulk load that leases ahead asks for everything (+Inf) until its
 //     first record arrives.
+//   - Otherwise it asks for its arrival rate plus what drains the units
+//     waiting for it (its queue lag, what it fetched, retries, the head of
+//     its line) within drainWithin, and keeps asking for the most it
+//     asked for until that backlog is gone, so the tail of a backlog is
+//     not sent ever slower. The arrival rate over about the last
+//     arrivalWindow is what it fetched from the source in that span plus
+//     how much its queue lag grew: what arrived was either fetched or
+//     still waits in the queue, so neither a backlog drained after a stall
+//     nor the slices' rhythm (a second holds five or six slices' sends) is
+//     taken for arrivals.
 //   - A worker that keeps up (every record fetched fitted its slice's
-//     budget) asks for its arrival rate: the units it sent in the last
-//     second.
-//   - A worker whose records wait beyond its slice's budget (capped: it
-//     uses all it holds) asks for at least the rate it holds, plus what
-//     drains the units waiting for it (its queue lag, what it fetched,
-//     retries) within drainWithin, so a rising arrival rate or a backlog
-//     is asked for within a slice or two.
-//   - One that keeps up adds that only for what waits beyond one slice at
-//     its rate (records on their way from the queue are not a backlog).
+//     budget) counts what waits only beyond one slice at its arrival rate
+//     (records on their way from the queue are not a backlog); one whose
+//     records wait beyond the slice's budget (capped: it uses all it
+//     holds) asks for at least the rate it holds, plus all that waits.
 //   - A capped worker that cannot tell how much waits (a source without
 //     Lagger, records held back by a hot key range) asks for everything
 //     (+Inf) and keeps asking for backlogHold.
+//   - A worker that took records it has yet to send asks for at least
+//     the rate they were taken at (their units over a slice, up to the
+//     rate it holds), so that its leases do not go back before the sends
+//     are out.
 //   - A worker whose source has run dry asks for nothing.
 //
 // The fetcher updates started and fetchingSince; the slice loop calls
@@ -52,15 +62,29 @@ type demand struct {
 	fetchingSince atomic.Int64 // unix ns since the fetcher waits in Source.Fetch; 0 when it does not
 	lag           func() int64 // the source's lag, nil when unknown
 
+	fetched       atomic.Int64 // units fetched from the source so far
+
 	lastBacklog time.Time   // slice loop only: the last +Inf
+	peak        float64     // slice loop only: the most asked for since the backlog began; 0 without one
 	recent      recentUnits // units sent in the last second
+	notes       []arrivals  // slice loop only: the estimates of the last arrivalWindow, oldest first
+}
+
+// arrivals is what the source had given and still held at an instant:
+// what arrived since is the growth of both.
+type arrivals struct {
+	at      time.Time
+	fetched float64 // units fetched so far
+	lag     float64 // units in the queue
 }
 
 // estimate returns the demand in units/s at now. capped: records wait
-// beyond this slice's budget; waiting: the units waiting for the worker
-// (queue lag, fetched, retries due), -1 when unknown; leased: the rate the
-// worker holds, units/s; idle: nothing is queued or waiting for a retry.
-func (d *demand) estimate(now time.Time, capped bool, waiting, leased float64, idle bool) float64 {
+// beyond this slice's budget; sending: the units the slice took and has
+// yet to send; waiting: the units waiting for the worker (queue lag,
+// fetched, retries, the head of the line), -1 when unknown, of which lag
+// in the source's queue; leased: the rate the worker holds, units/s; idle:
+// nothing is queued, to send or waiting for a retry.
+func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, lag, leased float64, idle bool) float64 {
 	if d.leaseAhead && !d.started.Load() {
 		d.lastBacklog = now
 		return ingest.Inf
@@ -71,23 +95,56 @@ func (d *demand) estimate(now time.Time, capped bool, waiting, leased float64, i
 			return 0
 		}
 	}
-	rate := float64(d.recent.sum(now))
+	sent := float64(d.recent.sum(now))
 	switch {
 	case capped && waiting < 0:
 		d.lastBacklog = now
 		return ingest.Inf
-	case capped:
-		// All that waits is beyond this slice's budget.
-		return max(rate, leased) + max(waiting, 0)/drainWithin.Seconds()
-	case now.Sub(d.lastBacklog) < backlogHold:
+	case waiting < 0:
+		if now.Sub(d.lastBacklog) < backlogHold {
+			return ingest.Inf
+		}
+		return sent
+	}
+	arrival := d.arrival(now, lag)
+	tolerance := arrival * d.slice.Seconds() // records on their way from the queue
+	if capped {
+		tolerance /= 2
+	} else if now.Sub(d.lastBacklog) < backlogHold {
 		return ingest.Inf
 	}
-	// Keeping up: what waits (records on their way from the queue) counts
-	// only beyond one slice at the rate.
-	if excess := waiting - rate*d.slice.Seconds(); excess > 0 {
-		rate += excess / drainWithin.Seconds()
+	if excess := waiting - tolerance; excess > 0 {
+		// A backlog: asked for until it is gone, however it shrinks, so
+		// that its tail is not sent ever slower.
+		d.peak = max(d.peak, arrival+excess/drainWithin.Seconds())
+		arrival = d.peak
+	} else {
+		d.peak = 0
 	}
-	return rate
+	// What the slice took is sent over it, each send when the account has
+	// room: the rate it was taken at must not go back meanwhile, or its
+	// tail waits for credit the lower rate earns. Never above the rate
+	// held, so this never asks for more.
+	return max(arrival, min(float64(sending)/d.slice.Seconds(), leased))
+}
+
+// arrival notes what the source had given and held at now (lag units in
+// its queue) and returns the units/s that arrived since the latest note at
+// or before arrivalWindow ago (the oldest, when the worker has not been
+// counting that long; 0 with no earlier note).
+func (d *demand) arrival(now time.Time, lag float64) float64 {
+	from := now.Add(-arrivalWindow)
+	drop := 0
+	for drop+1 < len(d.notes) && !d.notes[drop+1].at.After(from) {
+		drop++
+	}
+	d.notes = append(d.notes[drop:], arrivals{at: now, fetched: float64(d.fetched.Load()), lag: lag})
+	first, last := d.notes[0], d.notes[len(d.notes)-1]
+	span := last.at.Sub(first.at).Seconds()
+	if span <= 0 {
+		return 0
+	}
+	return max(last.fetched-first.fetched+last.lag-first.lag, 0) / span
 }
 
 // recentUnits sums the units sent in the last second.

@@ -73,7 +73,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 			if probe {
 				p.breaker.cancelProbe()
 			}
-			p.setDemand(false, false, nil)
+			p.setDemand(false, 0, nil)
 			p.setPrefetch(0, 1)
 			var ok bool
 			if head, ok = p.await(ctx); !ok {
@@ -111,7 +111,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		// What was taken is still to be sent over the slice, each send
 		// when the account has room: until then the worker is not idle,
 		// or the leases it needs could go back to the pool.
-		p.setDemand(head != nil || p.dueCost(open) > 0 || p.ranges.heldRecords() > 0, len(batches) > 0, head)
+		p.setDemand(head != nil || p.dueCost(open) > 0 || p.ranges.heldRecords() > 0, spent, head)
 		if owed := p.owed.Swap(0); owed > 0 {
 			// What the sink charged beyond the estimates is charged now,
 			// on top of this slice (debt if the bucket cannot cover it).
@@ -451,10 +451,10 @@ func (p *Pipeline) settle(ctx context.Context) {
 }
 
 // setDemand announces the pipeline's demand and backlog; capped: records
-// are waiting beyond this slice's budget; sending: the slice took records
-// it has yet to send; head: the record at the head of the line, nil when
-// none.
-func (p *Pipeline) setDemand(capped, sending bool, head *item) {
+// are waiting beyond this slice's budget; sending: the units the slice
+// took and has yet to send; head: the record at the head of the line, nil
+// when none.
+func (p *Pipeline) setDemand(capped bool, sending int64, head *item) {
 	p.mu.Lock()
 	retrying := len(p.suspects)
 	for _, u := range p.retries {
@@ -463,11 +463,12 @@ func (p *Pipeline) setDemand(capped, sending bool, head *item) {
 	p.mu.Unlock()
 	held := p.ranges.heldRecords()
 	retrying += int(held)
-	idle := retrying == 0 && len(p.fetched) == 0 && !sending && head == nil
-	units := -1.0 // waiting for the worker: its queue lag, fetched, retries
+	idle := retrying == 0 && len(p.fetched) == 0 && sending == 0 && head == nil
+	units, lagUnits := -1.0, -1.0 // waiting for the worker: its queue lag, fetched, retries; of which the lag
 	if p.demand.lag != nil {
 		if lag := p.demand.lag(); lag >= 0 {
-			units = float64(lag+int64(len(p.fetched)+retrying)) * p.c.Totals().UnitsPerRecord()
+			per := p.c.Totals().UnitsPerRecord()
+			units, lagUnits = float64(lag+int64(len(p.fetched)+retrying))*per, float64(lag)*per
 		}
 	}
 	waiting := units
@@ -478,7 +479,7 @@ func (p *Pipeline) setDemand(capped, sending bool, head *item) {
 		waiting = -1 // records held for their key range's rate, not the pool's
 	}
 	now := time.Now()
-	p.p.Capacity.SetDemand(p.demand.estimate(now, capped, waiting, p.p.Capacity.Rate(now), idle))
+	p.p.Capacity.SetDemand(p.demand.estimate(now, capped, sending, waiting, lagUnits, p.p.Capacity.Rate(now), idle))
 	if br, ok := p.p.Capacity.(ingest.BacklogReporter); ok {
 		br.SetBacklog(units)
 	}

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -68,10 +69,23 @@ func (f *feeder) halt() {
 // delivered returns the records the worker's pipeline delivered so far.
 func delivered(wk *worker.Worker) int64 { return wk.Counters().Totals().Delivered }
 
+// served returns the share of the latencies within limit, and their 99th
+// percentile.
+func served(latencies []time.Duration, limit time.Duration) (share float64, p99 time.Duration) {
+	if len(latencies) == 0 {
+		return 0, 0
+	}
+	sorted := slices.Clone(latencies)
+	slices.Sort(sorted)
+	n, _ := slices.BinarySearch(sorted, limit+1)
+	return float64(n) / float64(len(sorted)), sorted[int(0.99*float64(len(sorted)-1))]
+}
+
 // A live worker at 70 % of the pool and a backfill with a backlog: over
-// 15 s of steady state the live worker delivers ≥ 0.99 of what arrived,
-// the backfill ≥ 0.95 of the remaining 30 %, and no sliding second at the
-// sink holds more than the pool.
+// 15 s of steady state the live worker delivers ≥ 0.99 of what arrives
+// within a second of its arrival, the backfill gets ≥ 0.95 of the
+// remaining 30 %, and no sliding second at the sink holds more than the
+// pool.
 func TestLiveTrafficFirstBesideABackfill(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -81,26 +95,27 @@ func TestLiveTrafficFirstBesideABackfill(t *testing.T) {
 		bulkQ.add(records("bulk", 40_000, nil)...)
 		bulk := w.start("bulk", worker.Config{Pool: pool, IDField: "id", Source: bulkQ, Priority: lease.PriorityLow})
 		live := w.start("live", worker.Config{Pool: pool, IDField: "id", Source: liveQ, Priority: lease.PriorityHigh})
-		liveW, bulkW := w.workers[1], w.workers[0]
+		bulkW := w.workers[0]
 		const liveRate = classCapacity * 7 / 10
 		f := feed(liveQ, liveRate)
 
 		time.Sleep(5 * time.Second) // settle
-		from, liveFrom, bulkFrom, addedFrom := time.Since(w.began), delivered(liveW), delivered(bulkW), f.added.Load()
+		from, bulkFrom := time.Now(), delivered(bulkW)
 		time.Sleep(15 * time.Second)
-		to, liveTo, bulkTo, addedTo := time.Since(w.began), delivered(liveW), delivered(bulkW), f.added.Load()
+		to, bulkTo := time.Now(), delivered(bulkW)
+		time.Sleep(time.Second) // the window's last arrivals get their second
 		f.halt()
 		require.NoError(t, live())
 		require.NoError(t, bulk())
 
-		span := (to - from).Seconds()
-		liveServed := float64(liveTo-liveFrom) / float64(addedTo-addedFrom)
+		share, p99 := served(liveQ.latencies(from, to), time.Second)
+		span := to.Sub(from).Seconds()
 		bulkShare := float64(bulkTo-bulkFrom) / span / (classCapacity - liveRate)
 		most := w.busiest(time.Second, 0)
-		t.Logf("over %.0f s: live delivered %d of %d arrived (%.4f), lag at the end %d; backfill %.0f records/s = %.4f of the remaining %d; busiest second %d of %d",
-			span, liveTo-liveFrom, addedTo-addedFrom, liveServed, liveQ.Lag(), float64(bulkTo-bulkFrom)/span, bulkShare, classCapacity-liveRate, most, classCapacity)
+		t.Logf("over %.0f s: live records delivered within 1 s of arrival %.4f (p99 %v); backfill %.0f records/s = %.4f of the remaining %d; busiest second %d of %d",
+			span, share, p99.Round(time.Millisecond), float64(bulkTo-bulkFrom)/span, bulkShare, classCapacity-liveRate, most, classCapacity)
 		t.Log("units per second:", w.series(time.Second))
-		require.GreaterOrEqual(t, liveServed, 0.99, "the high class is served first")
+		require.GreaterOrEqual(t, share, 0.99, "the high class is served first")
 		require.GreaterOrEqual(t, bulkShare, 0.95, "the low class gets what the high one leaves")
 		require.LessOrEqual(t, most, int64(classCapacity), "the sink's sliding second")
 		require.Empty(t, liveQ.reasons())
@@ -110,8 +125,8 @@ func TestLiveTrafficFirstBesideABackfill(t *testing.T) {
 // Live demand steps from 30 % to 90 % of the pool while a backfill drains
 // a backlog: the backfill's leased rate is down to its new share (the
 // remaining 10 %) within 1 s of the step, the live worker delivers what
-// arrives, and no sliding second at the sink holds more than the pool,
-// the hand-over included.
+// arrives after it settles within a second of arrival, and no sliding
+// second at the sink holds more than the pool, the hand-over included.
 func TestBackfillYieldsToALiveStep(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -121,7 +136,7 @@ func TestBackfillYieldsToALiveStep(t *testing.T) {
 		bulkQ.add(records("bulk", 40_000, nil)...)
 		bulk := w.start("bulk", worker.Config{Pool: pool, IDField: "id", Source: bulkQ, Priority: lease.PriorityLow})
 		live := w.start("live", worker.Config{Pool: pool, IDField: "id", Source: liveQ, Priority: lease.PriorityHigh})
-		liveW, bulkW := w.workers[1], w.workers[0]
+		bulkW := w.workers[0]
 		f := feed(liveQ, classCapacity*3/10)
 
 		time.Sleep(6 * time.Second)
@@ -138,21 +153,24 @@ func TestBackfillYieldsToALiveStep(t *testing.T) {
 		}
 		stepAt := step.Sub(w.began)
 		time.Sleep(4 * time.Second)
-		liveFrom, addedFrom := delivered(liveW), f.added.Load()
+		from := time.Now()
 		time.Sleep(6 * time.Second)
-		liveTo, addedTo := delivered(liveW), f.added.Load()
+		to := time.Now()
+		time.Sleep(time.Second)
 		f.halt()
 		require.NoError(t, live())
 		require.NoError(t, bulk())
 
-		served := float64(liveTo-liveFrom) / float64(addedTo-addedFrom)
+		_, stepP99 := served(liveQ.latencies(step, step.Add(2*time.Second)), time.Second)
+		share, p99 := served(liveQ.latencies(from, to), time.Second)
 		most := w.busiest(time.Second, 0)
 		around := w.busiestBetween(time.Second, stepAt-2*time.Second, stepAt+3*time.Second)
-		t.Logf("backfill leased %.0f records/s before the step, down to ≤ %d %v after it; live served %.4f after the step; busiest second %d overall, %d around the step",
-			before, classCapacity/10, down, served, most, around)
+		t.Logf("backfill leased %.0f records/s before the step, down to ≤ %d %v after it; live p99 latency %v in the 2 s after the step; "+
+			"after it settled, live records delivered within 1 s %.4f (p99 %v); busiest second %d overall, %d around the step",
+			before, classCapacity/10, down, stepP99.Round(time.Millisecond), share, p99.Round(time.Millisecond), most, around)
 		t.Log("units per 200 ms:", w.series(200*time.Millisecond))
 		require.LessOrEqual(t, down, time.Second, "the low class is down to its new share within 1 s")
-		require.GreaterOrEqual(t, served, 0.99, "the high class is served")
+		require.GreaterOrEqual(t, share, 0.99, "the high class is served")
 		require.LessOrEqual(t, most, int64(classCapacity), "the sink's sliding second, the hand-over included")
 	})
 }

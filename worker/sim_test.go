@@ -258,8 +258,10 @@ func (w *world) drain(limit time.Duration, stops ...func() error) {
 type memQueue struct {
 	mu      sync.Mutex
 	recs    []ingest.Record
+	added   []time.Time // when each record was added
 	next    int
 	done    map[int64]int
+	doneAt  map[int64]time.Time // when each record was first done
 	letters []ingest.DeadLetter
 	wake    chan struct{}
 }
@@ -275,10 +277,12 @@ func (q *memQueue) add(values ...string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.done == nil {
-		q.done = map[int64]int{}
+		q.done, q.doneAt = map[int64]int{}, map[int64]time.Time{}
 	}
+	now := time.Now()
 	for _, v := range values {
 		q.recs = append(q.recs, ingest.Record{Value: []byte(v), Pos: ingest.Position{Topic: "t", Offset: int64(len(q.recs))}})
+		q.added = append(q.added, now)
 	}
 	if q.wake != nil {
 		close(q.wake)
@@ -311,7 +315,29 @@ func (q *memQueue) Fetch(ctx context.Context) (ingest.Record, error) {
 func (q *memQueue) Done(r ingest.Record) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.done[r.Pos.Offset]++
+	if q.done[r.Pos.Offset]++; q.done[r.Pos.Offset] == 1 {
+		q.doneAt[r.Pos.Offset] = time.Now()
+	}
+}
+
+// latencies returns, for every record added in [from, to), how long after
+// it was added it was done, in the order added; a record not done yet
+// counts as waiting until now.
+func (q *memQueue) latencies(from, to time.Time) []time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []time.Duration
+	for i, at := range q.added {
+		if at.Before(from) || !at.Before(to) {
+			continue
+		}
+		done, ok := q.doneAt[int64(i)]
+		if !ok {
+			done = time.Now()
+		}
+		out = append(out, done.Sub(at))
+	}
+	return out
 }
 
 func (q *memQueue) Lag() int64 {
