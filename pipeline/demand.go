@@ -62,7 +62,7 @@ type demand struct {
 	fetchingSince atomic.Int64 // unix ns since the fetcher waits in Source.Fetch; 0 when it does not
 	lag           func() int64 // the source's lag, nil when unknown
 
-	fetched       atomic.Int64 // units fetched from the source so far
+	fetched atomic.Int64 // units fetched from the source so far
 
 	lastBacklog time.Time   // slice loop only: the last +Inf
 	peak        float64     // slice loop only: the most asked for since the backlog began; 0 without one
