@@ -42,8 +42,8 @@ const (
 //   - A worker that keeps up (every record fetched fitted its slice's
 //     budget) counts what waits only beyond one slice at its arrival rate
 //     (records on their way from the queue are not a backlog); one whose
-//     records wait beyond the slice's budget (capped: it uses all it
-//     holds) asks for at least the rate it holds, plus all that waits.
+//     records wait beyond the slice's budget (capped), beyond half a
+//     slice.
 //   - A capped worker that cannot tell how much waits (a source without
 //     Lagger, records held back by a hot key range) asks for everything
 //     (+Inf) and keeps asking for backlogHold.
