@@ -41,7 +41,7 @@ func TestDemandFollowsArrivals(t *testing.T) {
 		{"a stall and its burst: the backlog asked for until drained, then the arrival rate at once", []step{
 			{280, 0, 0, false, 280, 1400, 1400, 1400},
 			{280, 0, 0, false, 280, 1400, 1400, 1400},
-			{0, 280, 280, false, 0, 1400, 1400, 1400}, // a slice's worth waits: on its way
+			{0, 280, 280, false, 0, 1400, 1400, 1400},  // a slice's worth waits: on its way
 			{0, 560, 560, false, 0, 1400, 2500, 2550},  // 1,400 + (560 − 280) / 250 ms
 			{840, 0, 560, true, 280, 1400, 3050, 3100}, // the burst: 1,400 + (560 − 140) / 250 ms
 			{280, 0, 150, true, 280, 2000, 3050, 3100}, // draining: the most asked for stays
