@@ -29,7 +29,7 @@ import (
 // Live traffic first, on real Kafka and redis-server: upstream producers
 // post 1,400 records/s to `sluice api`, drained by two `sluice worker`
 // processes in the high class, into a sink emulator of 2,000 records/s
-// (100 capacity partitions of 20), while `sluice bulk-load --workers 1`
+// (200 capacity partitions of 10), while `sluice bulk-load --workers 1`
 // loads 50,000 records into the same pool in its default class (low).
 // Every live record is stored within 2 s of its post (p99, measured where
 // the sink answered it), the bulk load drains at ≥ 0.9 of the 600
@@ -38,7 +38,7 @@ import (
 func TestLiveTrafficFirstBesideABulkLoad(t *testing.T) {
 	const (
 		capacity   = 2000
-		partitions = 100
+		partitions = 200
 		liveRate   = 1400 // records/s
 		bulkRows   = 50_000
 	)
@@ -148,6 +148,9 @@ func TestLiveTrafficFirstBesideABulkLoad(t *testing.T) {
 	slices.Sort(latencies)
 	p := func(q float64) time.Duration { return latencies[int(q*float64(len(latencies)-1))] }
 	bulkRate := float64(sum.RecordsDelivered) / sum.ElapsedS
+	if js, err := json.Marshal(sum); err == nil {
+		t.Logf("bulk load summary: %s", js)
+	}
 	st2 := e.stats()
 	e.report(st2)
 	t.Logf("live: %d records posted at %d/s, store latency p50 %v, p99 %v, max %v", len(posted), liveRate,

@@ -168,8 +168,10 @@
 //
 // Redis commands grow with the leases held and the renewal interval, not
 // with the tick or the record rate. A worker announces its demand only
-// when what the share is computed from changes (want, reservation, need),
-// and otherwise refreshes it every KeepAlive (default
+// when what the share is computed from changes (want, reservation, need,
+// class, weight; a want that moves by less than an eighth, and less than
+// 2 partitions, waits for the next keep-alive, so a wavering demand costs
+// nothing), and otherwise refreshes it every KeepAlive (default
 // min(MemberTTL, RenewEvery)/3, 1.7 s with the default 15 s TTL); each is
 // one script call. A change is published on the pool's channel; peers
 // subscribed to it read the members (one script call, whatever their

@@ -32,10 +32,12 @@ const HistoryKeep = 10 * time.Second
 // woken by the same backlog to announce theirs.
 const wokenFor = 3
 
-// fallAtOnce is how many partitions below an announced want of want a new
-// want must be to be announced at once rather than at the next keep-alive:
-// an eighth of it, and at least 2.
-func fallAtOnce(want int) int { return max(2, want/8) }
+// changeAtOnce is how many partitions a new want must differ from an
+// announced want of want by to be announced at once rather than at the
+// next keep-alive: an eighth of it, and at least 2.
+func changeAtOnce(want int) int { return max(2, want/8) }
+
+func abs(n int) int { return max(n, -n) }
 
 // errReservedShort is logged while the worker holds fewer partitions than
 // it reserves.
@@ -380,14 +382,17 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	m.mu.Unlock()
 
 	keepAlive := !m.annAt.IsZero() && !now.Before(m.annAt.Add(m.cfg.KeepAlive))
-	if me.Want > 0 && me.Want < m.lastAnn.Want && m.lastAnn.Want-me.Want < fallAtOnce(m.lastAnn.Want) && !m.annAt.IsZero() && !keepAlive {
-		// A small fall to a smaller want waits for the keep-alive (a fall
-		// to nothing, or by fallAtOnce, does not): a demand that wavers
-		// between two values, as a worker's rate-based demand does, costs
-		// no announcement, and no read by every peer, each time it dips.
-		// Until then the worker keeps the share of the want it announced,
-		// as its peers compute. A large fall (a backlog drained) gives
-		// the peers, a lower class above all, their capacity back at once.
+	if me.Want > 0 && m.lastAnn.Want > 0 && me.Want != m.lastAnn.Want && abs(me.Want-m.lastAnn.Want) < changeAtOnce(m.lastAnn.Want) &&
+		!m.annAt.IsZero() && !keepAlive {
+		// A small change of the want waits for the keep-alive (one from
+		// or to nothing, or by changeAtOnce, does not): a demand that
+		// wavers around a value, as a worker's rate-based demand does,
+		// costs no announcement, no read by every peer and no partition
+		// handed back and forth each time it moves. Until then the worker
+		// keeps the share of the want it announced, as its peers compute.
+		// A large change (a backlog, or one drained) is announced at once:
+		// a lower class yields to a rise, and gets its capacity back
+		// after a fall, without waiting.
 		me.Want = m.lastAnn.Want
 	}
 	// The first announcement changes the peers' shares only if it wants

@@ -20,7 +20,7 @@ const (
 	dryAfter      = 200 * time.Millisecond
 	caughtUpAfter = 100 * time.Millisecond
 	drainWithin   = 250 * time.Millisecond
-	arrivalWindow = time.Second
+	arrivalWindow = 2 * time.Second
 )
 
 // demand estimates what a worker asks of its pool (Capacity.SetDemand):
@@ -29,28 +29,29 @@ const (
 //
 //   - A bulk load that leases ahead asks for everything (+Inf) until its
 //     first record arrives.
-//   - Otherwise it asks for its arrival rate plus what drains the units
+//   - Otherwise it asks for its arrival rate (what its pacer needs to
+//     send it: the rate × (1 s + guard) ÷ 1 s) plus what drains the units
 //     waiting for it (its queue lag, what it fetched, retries, the head of
 //     its line) within drainWithin, and keeps asking for the most it
-//     asked for until that backlog is gone, so the tail of a backlog is
-//     not sent ever slower. The arrival rate over about the last
+//     asked for until that backlog is gone and one slice more, so the
+//     tail of a backlog is not sent ever slower. The arrival rate over about the last
 //     arrivalWindow is what it fetched from the source in that span plus
 //     how much its queue lag grew: what arrived was either fetched or
 //     still waits in the queue, so neither a backlog drained after a stall
 //     nor the slices' rhythm (a second holds five or six slices' sends) is
 //     taken for arrivals.
 //   - A worker that keeps up (every record fetched fitted its slice's
-//     budget) counts what waits only beyond one slice at its arrival rate
-//     (records on their way from the queue are not a backlog); one whose
-//     records wait beyond the slice's budget (capped), beyond half a
-//     slice.
+//     budget) counts what waits only beyond two slices at its arrival
+//     rate (records on their way from the queue, a fetch or two, are not
+//     a backlog); one whose records wait beyond the slice's budget
+//     (capped), beyond half a slice.
 //   - A capped worker that cannot tell how much waits (a source without
 //     Lagger, records held back by a hot key range) asks for everything
 //     (+Inf) and keeps asking for backlogHold.
 //   - A worker that took records it has yet to send asks for at least
-//     the rate they were taken at (their units over a slice, up to the
-//     rate it holds), so that its leases do not go back before the sends
-//     are out.
+//     half the rate they were taken at (their units over two slices), up
+//     to the rate it holds, so that its leases do not all go back before
+//     the sends are out.
 //   - A worker whose source has run dry asks for nothing.
 //
 // The fetcher updates started and fetchingSince; the slice loop calls
@@ -66,6 +67,7 @@ type demand struct {
 
 	lastBacklog time.Time   // slice loop only: the last +Inf
 	peak        float64     // slice loop only: the most asked for since the backlog began; 0 without one
+	drained     bool        // slice loop only: the backlog of peak is gone (asked for one slice more)
 	recent      recentUnits // units sent in the last second
 	notes       []arrivals  // slice loop only: the estimates of the last arrivalWindow, oldest first
 }
@@ -82,9 +84,10 @@ type arrivals struct {
 // beyond this slice's budget; sending: the units the slice took and has
 // yet to send; waiting: the units waiting for the worker (queue lag,
 // fetched, retries, the head of the line), -1 when unknown, of which lag
-// in the source's queue; leased: the rate the worker holds, units/s; idle:
-// nothing is queued, to send or waiting for a retry.
-func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, lag, leased float64, idle bool) float64 {
+// in the source's queue; leased: the rate the worker holds, units/s;
+// guard: the pacer's send-to-accept allowance (ingest.GuardReporter), 0
+// when unknown; idle: nothing is queued, to send or waiting for a retry.
+func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, lag, leased float64, guard time.Duration, idle bool) float64 {
 	if d.leaseAhead && !d.started.Load() {
 		d.lastBacklog = now
 		return ingest.Inf
@@ -106,26 +109,36 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 		}
 		return sent
 	}
-	arrival := d.arrival(now, lag)
-	tolerance := arrival * d.slice.Seconds() // records on their way from the queue
+	// A pacer whose account keeps each send a second past its answer lets
+	// rate × 1 s ÷ (1 s + guard) through: sending the arrivals takes that
+	// much more.
+	arrival := d.arrival(now, lag) * (1 + guard.Seconds())
+	tolerance := 2 * arrival * d.slice.Seconds() // records on their way from the queue
 	if capped {
-		tolerance /= 2
+		tolerance /= 4
 	} else if now.Sub(d.lastBacklog) < backlogHold {
 		return ingest.Inf
 	}
 	if excess := waiting - tolerance; excess > 0 {
 		// A backlog: asked for until it is gone, however it shrinks, so
-		// that its tail is not sent ever slower.
+		// that its tail is not sent ever slower, and for one slice more,
+		// while the slice that took its last records sends them.
 		d.peak = max(d.peak, arrival+excess/drainWithin.Seconds())
+		d.drained = false
 		arrival = d.peak
+	} else if d.peak > 0 && !d.drained {
+		d.drained = true
+		arrival = max(arrival, d.peak)
 	} else {
 		d.peak = 0
 	}
 	// What the slice took is sent over it, each send when the account has
-	// room: the rate it was taken at must not go back meanwhile, or its
-	// tail waits for credit the lower rate earns. Never above the rate
-	// held, so this never asks for more.
-	return max(arrival, min(float64(sending)/d.slice.Seconds(), leased))
+	// room: the rate it was taken at must not all go back meanwhile, or
+	// its tail waits for credit a single partition earns. Half that rate
+	// (sent within two slices), so that a steady worker's varying takes
+	// do not pin its rate, and never above the rate held, so this never
+	// asks for more.
+	return max(arrival, min(float64(sending)/d.slice.Seconds()/2, leased))
 }
 
 // arrival notes what the source had given and held at now (lag units in

@@ -32,28 +32,31 @@ func TestDemandFollowsArrivals(t *testing.T) {
 		steps []step
 	}{
 		{"keeping up asks for the arrival rate", []step{
-			{280, 0, 0, false, 280, 1400, 1400, 1400}, // the first slice: what it took
+			{280, 0, 0, false, 280, 1400, 700, 700}, // the first slice: half the rate it took at
 			{280, 0, 0, false, 280, 1400, 1400, 1400},
-			{280, 0, 40, false, 280, 1400, 1400, 1400}, // records on their way: no backlog
+			{280, 0, 200, false, 280, 1400, 1400, 1400}, // records on their way: no backlog
 			{294, 0, 0, false, 294, 1400, 1400, 1430},
 			{266, 0, 0, false, 266, 1400, 1390, 1410},
 		}},
 		{"a stall and its burst: the backlog asked for until drained, then the arrival rate at once", []step{
+			{280, 0, 0, false, 280, 1400, 700, 700},
 			{280, 0, 0, false, 280, 1400, 1400, 1400},
-			{280, 0, 0, false, 280, 1400, 1400, 1400},
-			{0, 280, 280, false, 0, 1400, 1400, 1400},  // a slice's worth waits: on its way
-			{0, 560, 560, false, 0, 1400, 2500, 2550},  // 1,400 + (560 − 280) / 250 ms
-			{840, 0, 560, true, 280, 1400, 3050, 3100}, // the burst: 1,400 + (560 − 140) / 250 ms
-			{280, 0, 150, true, 280, 2000, 3050, 3100}, // draining: the most asked for stays
-			{280, 0, 0, false, 280, 2000, 1400, 1400},  // drained: the arrival rate, not the drain's sends
+			{0, 280, 280, false, 0, 1400, 1400, 1400}, // up to two slices' worth on their way: no backlog
+			{0, 560, 560, false, 0, 1400, 1400, 1400},
+			{0, 840, 840, false, 0, 1400, 2500, 2550},   // 1,400 + (840 − 560) / 250 ms
+			{1120, 0, 840, true, 280, 1400, 4150, 4250}, // the burst: 1,400 + (840 − 140) / 250 ms
+			{280, 0, 150, true, 280, 2000, 4150, 4250},  // draining: the most asked for stays
+			{280, 0, 0, false, 280, 2000, 4150, 4250},   // drained: one slice more, while it sends the last
+			{280, 0, 0, false, 280, 2000, 1400, 1400},   // then the arrival rate, not the drain's sends
 		}},
 		{"a backlog of unknown size asks for everything", []step{
 			{100, -1, -1, true, 100, 500, inf, inf},
 		}},
-		{"a load's last slices keep the rate they were taken at, never more than held", []step{
+		{"a load's last slices: the backlog's rate while its last records go, then half the rate of what it sends, never more than held", []step{
 			{0, 1000, 1000, true, 0, 1000, 4000, 4000},
-			{1000, 0, 0, false, 200, 1000, 1000, 1000},
-			{0, 0, 0, false, 900, 1000, 1000, 1000},
+			{1000, 0, 0, false, 200, 1000, 4000, 4000}, // the backlog's last take: what it asked for
+			{0, 0, 0, false, 100, 1000, 250, 250},      // then half the rate of what it sends
+			{0, 0, 0, false, 900, 1000, 1000, 1000},    // never more than held
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,7 +66,7 @@ func TestDemandFollowsArrivals(t *testing.T) {
 			for i, s := range tc.steps {
 				now = now.Add(slice)
 				d.fetched.Add(s.fetched)
-				got := d.estimate(now, s.capped, s.sending, s.waiting, s.lag, s.leased, false)
+				got := d.estimate(now, s.capped, s.sending, s.waiting, s.lag, s.leased, 0, false)
 				require.GreaterOrEqual(t, got, s.wantLow, "step %d: %v", i, got)
 				require.LessOrEqual(t, got, s.wantHigh, "step %d: %v", i, got)
 			}
@@ -77,8 +80,8 @@ func TestDemandDryAndLeaseAhead(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	d := &demand{slice: 200 * time.Millisecond, leaseAhead: true}
-	require.True(t, math.IsInf(d.estimate(now, false, 0, 0, 0, 0, true), 1), "leasing ahead")
+	require.True(t, math.IsInf(d.estimate(now, false, 0, 0, 0, 0, 0, true), 1), "leasing ahead")
 	d.started.Store(true)
 	d.fetchingSince.Store(now.Add(-dryAfter).UnixNano())
-	require.Zero(t, d.estimate(now, false, 0, 0, 0, 1000, true), "dry for dryAfter")
+	require.Zero(t, d.estimate(now, false, 0, 0, 0, 1000, 0, true), "dry for dryAfter")
 }

@@ -246,7 +246,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	if l, ok := p.p.Source.(ingest.Lagger); ok {
 		p.demand.lag = l.Lag
 	}
-	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, 0, -1, -1, 0, true))
+	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, 0, -1, -1, 0, 0, true))
 
 	closing := make(chan struct{})
 	var fetching, writing, background sync.WaitGroup

@@ -18,11 +18,11 @@ import (
 // Live traffic and a backfill on one sink, as whole workers: a live worker
 // in the high class drains a queue fed at a steady rate (like upstream
 // producers), a bulk worker in the low class drains a deep backlog, both
-// leasing from one pool of 2,000 records/s in 100 partitions of 20.
+// leasing from one pool of 2,000 records/s in 200 partitions of 10.
 
 const (
 	classCapacity   = 2000
-	classPartitions = 100
+	classPartitions = 200
 )
 
 // feeder appends records to a queue at rate records/s, every 10 ms, until
