@@ -94,30 +94,6 @@ func TestLiveTrafficFirstBesideABulkLoad(t *testing.T) {
 	bulkArgs[slices.Index(bulkArgs, "--topic")+1] = bulkTopic
 	load := e.start("bulk-load", append([]string{"bulk-load"}, bulkArgs...)...)
 
-	debugStop := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-debugStop:
-				return
-			case <-time.After(time.Second):
-			}
-			code, out := e.run(20*time.Second, "pool", "status", "--redis-addr", e.redis, "--pool", e.name, "--json")
-			if code != 0 {
-				continue
-			}
-			var st lease.PoolStatus
-			if json.Unmarshal([]byte(out), &st) != nil {
-				continue
-			}
-			line := time.Now().Format("05.0")
-			for _, m := range st.Members {
-				line += fmt.Sprintf(" | %s want %d holds %d demand %.0f", m.Worker, m.Want, m.Holds, m.Demand)
-			}
-			t.Log(line)
-		}
-	}()
-	defer close(debugStop)
 	// Mid-load, `sluice pool status` shows both classes.
 	time.Sleep(20 * time.Second)
 	st := e.pool()
@@ -148,9 +124,6 @@ func TestLiveTrafficFirstBesideABulkLoad(t *testing.T) {
 	slices.Sort(latencies)
 	p := func(q float64) time.Duration { return latencies[int(q*float64(len(latencies)-1))] }
 	bulkRate := float64(sum.RecordsDelivered) / sum.ElapsedS
-	if js, err := json.Marshal(sum); err == nil {
-		t.Logf("bulk load summary: %s", js)
-	}
 	st2 := e.stats()
 	e.report(st2)
 	t.Logf("live: %d records posted at %d/s, store latency p50 %v, p99 %v, max %v", len(posted), liveRate,
