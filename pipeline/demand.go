@@ -45,9 +45,13 @@ const (
 //     rate (records on their way from the queue, a fetch or two, are not
 //     a backlog); one whose records wait beyond the slice's budget
 //     (capped), beyond half a slice.
+//   - A capped worker whose record at the head of the line has waited two
+//     slices asks for at least twice the rate it holds (the queue's lag,
+//     read from the records it fetches, lags behind while it fetches
+//     little), so a rate far short of the arrivals doubles each slice.
 //   - A capped worker that cannot tell how much waits (a source without
-//     Lagger, records held back by a hot key range) asks for everything
-//     (+Inf) and keeps asking for backlogHold.
+//     Lagger, records held back by a hot key range, no rate to fetch
+//     with) asks for everything (+Inf) and keeps asking for backlogHold.
 //   - A worker that took records it has yet to send asks for at least
 //     half the rate they were taken at (their units over two slices), up
 //     to the rate it holds, so that its leases do not all go back before
@@ -86,8 +90,10 @@ type arrivals struct {
 // fetched, retries, the head of the line), -1 when unknown, of which lag
 // in the source's queue; leased: the rate the worker holds, units/s;
 // guard: the pacer's send-to-accept allowance (ingest.GuardReporter), 0
-// when unknown; idle: nothing is queued, to send or waiting for a retry.
-func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, lag, leased float64, guard time.Duration, idle bool) float64 {
+// when unknown; headWait: how long the record at the head of the line has
+// waited since it was fetched, 0 when none; idle: nothing is queued, to
+// send or waiting for a retry.
+func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, lag, leased float64, guard, headWait time.Duration, idle bool) float64 {
 	if d.leaseAhead && !d.started.Load() {
 		d.lastBacklog = now
 		return ingest.Inf
@@ -100,7 +106,10 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 	}
 	sent := float64(d.recent.sum(now))
 	switch {
-	case capped && waiting < 0:
+	case capped && (waiting < 0 || leased <= 0):
+		// How much waits is unknown, or cannot be learnt at no rate (the
+		// queue's lag is read from the records fetched, and a worker
+		// without leases fetches none ahead).
 		d.lastBacklog = now
 		return ingest.Inf
 	case waiting < 0:
@@ -118,6 +127,13 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 		tolerance /= 4
 	} else if now.Sub(d.lastBacklog) < backlogHold {
 		return ingest.Inf
+	}
+	if capped && headWait >= 2*d.slice {
+		// The head of the line has waited two slices: the budget keeps
+		// falling short, while the queue's lag, read from the records
+		// fetched, lags behind. At least double the rate held, each slice
+		// until the line moves.
+		arrival = max(arrival, 2*leased)
 	}
 	if excess := waiting - tolerance; excess > 0 {
 		// A backlog: asked for until it is gone, however it shrinks, so

@@ -183,6 +183,7 @@ type item struct {
 	attempts  int    // attempts the sink answered Retryable, not throttled
 	throttles int    // attempts the sink answered throttled
 	invalid   string // reason to dead-letter without writing, if set
+	fetched   time.Time // when it was fetched
 }
 
 // New checks cfg and ports and returns a Pipeline.
@@ -246,7 +247,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	if l, ok := p.p.Source.(ingest.Lagger); ok {
 		p.demand.lag = l.Lag
 	}
-	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, 0, -1, -1, 0, 0, true))
+	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, 0, -1, -1, 0, 0, 0, true))
 
 	closing := make(chan struct{})
 	var fetching, writing, background sync.WaitGroup

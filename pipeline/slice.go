@@ -479,11 +479,14 @@ func (p *Pipeline) setDemand(capped bool, sending int64, head *item) {
 		waiting = -1 // records held for their key range's rate, not the pool's
 	}
 	now := time.Now()
-	var guard time.Duration
+	var guard, headWait time.Duration
 	if g, ok := p.p.Pacer.(ingest.GuardReporter); ok {
 		guard = g.Guard()
 	}
-	p.p.Capacity.SetDemand(p.demand.estimate(now, capped, sending, waiting, lagUnits, p.p.Capacity.Rate(now), guard, idle))
+	if head != nil {
+		headWait = now.Sub(head.fetched)
+	}
+	p.p.Capacity.SetDemand(p.demand.estimate(now, capped, sending, waiting, lagUnits, p.p.Capacity.Rate(now), guard, headWait, idle))
 	if br, ok := p.p.Capacity.(ingest.BacklogReporter); ok {
 		br.SetBacklog(units)
 	}
