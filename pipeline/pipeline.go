@@ -178,11 +178,11 @@ type Pipeline struct {
 // item is a record in flight.
 type item struct {
 	rec       ingest.Record
-	bytes     int64  // what it counts against MaxInFlightBytes, fixed when fetched
-	base      int64  // the record's price by the rule, before the learned charge ratio
-	attempts  int    // attempts the sink answered Retryable, not throttled
-	throttles int    // attempts the sink answered throttled
-	invalid   string // reason to dead-letter without writing, if set
+	bytes     int64     // what it counts against MaxInFlightBytes, fixed when fetched
+	base      int64     // the record's price by the rule, before the learned charge ratio
+	attempts  int       // attempts the sink answered Retryable, not throttled
+	throttles int       // attempts the sink answered throttled
+	invalid   string    // reason to dead-letter without writing, if set
 	fetched   time.Time // when it was fetched
 }
 
