@@ -94,6 +94,34 @@ func TestLiveTrafficFirstBesideABulkLoad(t *testing.T) {
 	bulkArgs[slices.Index(bulkArgs, "--topic")+1] = bulkTopic
 	load := e.start("bulk-load", append([]string{"bulk-load"}, bulkArgs...)...)
 
+	// Every 2 s while the load runs, the classes' leased rates from
+	// `sluice pool status` (their means are logged: what the high class
+	// holds beyond its demand is what the low class lacks).
+	var leasedMu sync.Mutex
+	leased := map[lease.Priority][]float64{}
+	sampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-time.After(2 * time.Second):
+			}
+			code, out := e.run(20*time.Second, "pool", "status", "--redis-addr", e.redis, "--pool", e.name, "--json")
+			var st lease.PoolStatus
+			if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+				continue
+			}
+			leasedMu.Lock()
+			for _, c := range st.Classes {
+				leased[c.Priority] = append(leased[c.Priority], c.Leased)
+			}
+			leasedMu.Unlock()
+		}
+	}()
+
 	// Mid-load, `sluice pool status` shows both classes.
 	time.Sleep(20 * time.Second)
 	st := e.pool()
@@ -107,6 +135,15 @@ func TestLiveTrafficFirstBesideABulkLoad(t *testing.T) {
 	require.Equal(t, 1, st.Classes[1].Workers)
 
 	code, ok := load.wait(3 * time.Minute)
+	close(sampling)
+	<-sampled
+	for _, p := range []lease.Priority{lease.PriorityHigh, lease.PriorityLow} {
+		var sum float64
+		for _, v := range leased[p] {
+			sum += v
+		}
+		t.Logf("class %s leased %.0f records/s on average over %d samples of the load", p, sum/float64(max(len(leased[p]), 1)), len(leased[p]))
+	}
 	require.True(t, ok, "the bulk load did not finish within 3 minutes")
 	posted := feed.stop()
 	require.Equal(t, 0, code, "the bulk load's exit code")

@@ -45,10 +45,6 @@ const (
 //     rate (records on their way from the queue, a fetch or two, are not
 //     a backlog); one whose records wait beyond the slice's budget
 //     (capped), beyond half a slice.
-//   - A capped worker whose record at the head of the line has waited two
-//     slices asks for at least twice the rate it holds (the queue's lag,
-//     read from the records it fetches, lags behind while it fetches
-//     little), so a rate far short of the arrivals doubles each slice.
 //   - A capped worker that cannot tell how much waits (a source without
 //     Lagger, records held back by a hot key range, no rate to fetch
 //     with) asks for everything (+Inf) and keeps asking for backlogHold.
@@ -90,10 +86,8 @@ type arrivals struct {
 // fetched, retries, the head of the line), -1 when unknown, of which lag
 // in the source's queue; leased: the rate the worker holds, units/s;
 // guard: the pacer's send-to-accept allowance (ingest.GuardReporter), 0
-// when unknown; headWait: how long the record at the head of the line has
-// waited since it was fetched, 0 when none; idle: nothing is queued, to
-// send or waiting for a retry.
-func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, lag, leased float64, guard, headWait time.Duration, idle bool) float64 {
+// when unknown; idle: nothing is queued, to send or waiting for a retry.
+func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, lag, leased float64, guard time.Duration, idle bool) float64 {
 	if d.leaseAhead && !d.started.Load() {
 		d.lastBacklog = now
 		return ingest.Inf
@@ -127,13 +121,6 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 		tolerance /= 4
 	} else if now.Sub(d.lastBacklog) < backlogHold {
 		return ingest.Inf
-	}
-	if capped && headWait >= 2*d.slice {
-		// The head of the line has waited two slices: the budget keeps
-		// falling short, while the queue's lag, read from the records
-		// fetched, lags behind. At least double the rate held, each slice
-		// until the line moves.
-		arrival = max(arrival, 2*leased)
 	}
 	if excess := waiting - tolerance; excess > 0 {
 		// A backlog: asked for until it is gone, however it shrinks, so

@@ -25,7 +25,6 @@ func TestDemandFollowsArrivals(t *testing.T) {
 		leased   float64
 		wantLow  float64
 		wantHigh float64
-		headWait time.Duration // how long the head of the line waited
 	}
 	inf := math.Inf(1)
 	for _, tc := range []struct {
@@ -33,41 +32,34 @@ func TestDemandFollowsArrivals(t *testing.T) {
 		steps []step
 	}{
 		{"keeping up asks for the arrival rate", []step{
-			{280, 0, 0, false, 280, 1400, 700, 700, 0}, // the first slice: half the rate it took at
-			{280, 0, 0, false, 280, 1400, 1400, 1400, 0},
-			{280, 0, 200, false, 280, 1400, 1400, 1400, 0}, // records on their way: no backlog
-			{294, 0, 0, false, 294, 1400, 1400, 1430, 0},
-			{266, 0, 0, false, 266, 1400, 1390, 1410, 0},
+			{280, 0, 0, false, 280, 1400, 700, 700}, // the first slice: half the rate it took at
+			{280, 0, 0, false, 280, 1400, 1400, 1400},
+			{280, 0, 200, false, 280, 1400, 1400, 1400}, // records on their way: no backlog
+			{294, 0, 0, false, 294, 1400, 1400, 1430},
+			{266, 0, 0, false, 266, 1400, 1390, 1410},
 		}},
 		{"a stall and its burst: the backlog asked for until drained, then the arrival rate at once", []step{
-			{280, 0, 0, false, 280, 1400, 700, 700, 0},
-			{280, 0, 0, false, 280, 1400, 1400, 1400, 0},
-			{0, 280, 280, false, 0, 1400, 1400, 1400, 0}, // up to two slices' worth on their way: no backlog
-			{0, 560, 560, false, 0, 1400, 1400, 1400, 0},
-			{0, 840, 840, false, 0, 1400, 2500, 2550, 0},   // 1,400 + (840 − 560) / 250 ms
-			{1120, 0, 840, true, 280, 1400, 4150, 4250, 0}, // the burst: 1,400 + (840 − 140) / 250 ms
-			{280, 0, 150, true, 280, 2000, 4150, 4250, 0},  // draining: the most asked for stays
-			{280, 0, 0, false, 280, 2000, 4150, 4250, 0},   // drained: one slice more, while it sends the last
-			{280, 0, 0, false, 280, 2000, 1400, 1400, 0},   // then the arrival rate, not the drain's sends
-		}},
-		{"a rate far short of the arrivals doubles each slice while the line does not move", []step{
-			{140, 0, 0, false, 140, 700, 350, 350, 0},
-			{140, 0, 0, false, 140, 700, 700, 700, 0},
-			{280, 0, 100, true, 140, 700, 700, 1100, 100 * time.Millisecond}, // just fetched: no ramp
-			{280, 0, 240, true, 140, 700, 1400, 2200, 400 * time.Millisecond},
-			{280, 0, 300, true, 280, 1400, 2800, 4000, 400 * time.Millisecond},
+			{280, 0, 0, false, 280, 1400, 700, 700},
+			{280, 0, 0, false, 280, 1400, 1400, 1400},
+			{0, 280, 280, false, 0, 1400, 1400, 1400}, // up to two slices' worth on their way: no backlog
+			{0, 560, 560, false, 0, 1400, 1400, 1400},
+			{0, 840, 840, false, 0, 1400, 2500, 2550},   // 1,400 + (840 − 560) / 250 ms
+			{1120, 0, 840, true, 280, 1400, 4150, 4250}, // the burst: 1,400 + (840 − 140) / 250 ms
+			{280, 0, 150, true, 280, 2000, 4150, 4250},  // draining: the most asked for stays
+			{280, 0, 0, false, 280, 2000, 4150, 4250},   // drained: one slice more, while it sends the last
+			{280, 0, 0, false, 280, 2000, 1400, 1400},   // then the arrival rate, not the drain's sends
 		}},
 		{"capped with no rate asks for everything", []step{
-			{1, 0, 28, true, 0, 0, inf, inf, 0},
+			{1, 0, 28, true, 0, 0, inf, inf},
 		}},
 		{"a backlog of unknown size asks for everything", []step{
-			{100, -1, -1, true, 100, 500, inf, inf, 0},
+			{100, -1, -1, true, 100, 500, inf, inf},
 		}},
 		{"a load's last slices: the backlog's rate while its last records go, then half the rate of what it sends, never more than held", []step{
-			{0, 1000, 1000, true, 0, 1000, 4000, 4000, 0},
-			{1000, 0, 0, false, 200, 1000, 4000, 4000, 0}, // the backlog's last take: what it asked for
-			{0, 0, 0, false, 100, 1000, 250, 250, 0},      // then half the rate of what it sends
-			{0, 0, 0, false, 900, 1000, 1000, 1000, 0},    // never more than held
+			{0, 1000, 1000, true, 0, 1000, 4000, 4000},
+			{1000, 0, 0, false, 200, 1000, 4000, 4000}, // the backlog's last take: what it asked for
+			{0, 0, 0, false, 100, 1000, 250, 250},      // then half the rate of what it sends
+			{0, 0, 0, false, 900, 1000, 1000, 1000},    // never more than held
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,7 +69,7 @@ func TestDemandFollowsArrivals(t *testing.T) {
 			for i, s := range tc.steps {
 				now = now.Add(slice)
 				d.fetched.Add(s.fetched)
-				got := d.estimate(now, s.capped, s.sending, s.waiting, s.lag, s.leased, 0, s.headWait, false)
+				got := d.estimate(now, s.capped, s.sending, s.waiting, s.lag, s.leased, 0, false)
 				require.GreaterOrEqual(t, got, s.wantLow, "step %d: %v", i, got)
 				require.LessOrEqual(t, got, s.wantHigh, "step %d: %v", i, got)
 			}
@@ -91,8 +83,8 @@ func TestDemandDryAndLeaseAhead(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	d := &demand{slice: 200 * time.Millisecond, leaseAhead: true}
-	require.True(t, math.IsInf(d.estimate(now, false, 0, 0, 0, 0, 0, 0, true), 1), "leasing ahead")
+	require.True(t, math.IsInf(d.estimate(now, false, 0, 0, 0, 0, 0, true), 1), "leasing ahead")
 	d.started.Store(true)
 	d.fetchingSince.Store(now.Add(-dryAfter).UnixNano())
-	require.Zero(t, d.estimate(now, false, 0, 0, 0, 1000, 0, 0, true), "dry for dryAfter")
+	require.Zero(t, d.estimate(now, false, 0, 0, 0, 1000, 0, true), "dry for dryAfter")
 }

@@ -65,7 +65,7 @@ func (p *Pipeline) fetch(ctx context.Context, raw chan<- *item) {
 		p.fetchFailing.Store(0)
 		p.c.NoteFetch(time.Now())
 		p.demand.started.Store(true)
-		it := &item{rec: rec, bytes: recordBytes(rec), fetched: time.Now()}
+		it := &item{rec: rec, bytes: recordBytes(rec)}
 		p.inFlight.add(it.bytes)
 		raw <- it // never blocks long: prepareAll keeps up or the bound stops the fetcher
 	}

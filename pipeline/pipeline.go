@@ -178,12 +178,11 @@ type Pipeline struct {
 // item is a record in flight.
 type item struct {
 	rec       ingest.Record
-	bytes     int64     // what it counts against MaxInFlightBytes, fixed when fetched
-	base      int64     // the record's price by the rule, before the learned charge ratio
-	attempts  int       // attempts the sink answered Retryable, not throttled
-	throttles int       // attempts the sink answered throttled
-	invalid   string    // reason to dead-letter without writing, if set
-	fetched   time.Time // when it was fetched
+	bytes     int64  // what it counts against MaxInFlightBytes, fixed when fetched
+	base      int64  // the record's price by the rule, before the learned charge ratio
+	attempts  int    // attempts the sink answered Retryable, not throttled
+	throttles int    // attempts the sink answered throttled
+	invalid   string // reason to dead-letter without writing, if set
 }
 
 // New checks cfg and ports and returns a Pipeline.
@@ -247,7 +246,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	if l, ok := p.p.Source.(ingest.Lagger); ok {
 		p.demand.lag = l.Lag
 	}
-	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, 0, -1, -1, 0, 0, 0, true))
+	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, 0, -1, -1, 0, 0, true))
 
 	closing := make(chan struct{})
 	var fetching, writing, background sync.WaitGroup

@@ -479,14 +479,11 @@ func (p *Pipeline) setDemand(capped bool, sending int64, head *item) {
 		waiting = -1 // records held for their key range's rate, not the pool's
 	}
 	now := time.Now()
-	var guard, headWait time.Duration
+	var guard time.Duration
 	if g, ok := p.p.Pacer.(ingest.GuardReporter); ok {
 		guard = g.Guard()
 	}
-	if head != nil {
-		headWait = now.Sub(head.fetched)
-	}
-	p.p.Capacity.SetDemand(p.demand.estimate(now, capped, sending, waiting, lagUnits, p.p.Capacity.Rate(now), guard, headWait, idle))
+	p.p.Capacity.SetDemand(p.demand.estimate(now, capped, sending, waiting, lagUnits, p.p.Capacity.Rate(now), guard, idle))
 	if br, ok := p.p.Capacity.(ingest.BacklogReporter); ok {
 		br.SetBacklog(units)
 	}
