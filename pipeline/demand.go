@@ -14,13 +14,16 @@ import (
 // get its share at once; when the source reports its lag (Lagger),
 // caughtUpAfter with no lag and nothing fetched is enough. A worker asks
 // to drain what waits for it within drainWithin, on top of its arrival
-// rate measured over arrivalWindow.
+// rate measured over arrivalWindow, or over fallWindow when that is below
+// fallShare of it (a drop of the arrivals is followed within fallWindow).
 const (
 	backlogHold   = time.Second
 	dryAfter      = 200 * time.Millisecond
 	caughtUpAfter = 100 * time.Millisecond
 	drainWithin   = 250 * time.Millisecond
 	arrivalWindow = 2 * time.Second
+	fallWindow    = 500 * time.Millisecond
+	fallShare     = 0.75
 )
 
 // demand estimates what a worker asks of its pool (Capacity.SetDemand):
@@ -34,12 +37,14 @@ const (
 //     waiting for it (its queue lag, what it fetched, retries, the head of
 //     its line) within drainWithin, and keeps asking for the most it
 //     asked for until that backlog is gone and one slice more, so the
-//     tail of a backlog is not sent ever slower. The arrival rate over about the last
-//     arrivalWindow is what it fetched from the source in that span plus
-//     how much its queue lag grew: what arrived was either fetched or
-//     still waits in the queue, so neither a backlog drained after a stall
-//     nor the slices' rhythm (a second holds five or six slices' sends) is
-//     taken for arrivals.
+//     tail of a backlog is not sent ever slower. The arrival rate over
+//     about the last arrivalWindow is what it fetched from the source in
+//     that span plus how much its queue lag grew: what arrived was either
+//     fetched or still waits in the queue, so neither a backlog drained
+//     after a stall nor the slices' rhythm (a second holds five or six
+//     slices' sends) is taken for arrivals. When the last fallWindow's
+//     arrivals are below fallShare of that, they are the rate: a drop
+//     gives capacity back within half a second, noise does not.
 //   - A worker that keeps up (every record fetched fitted its slice's
 //     budget) counts what waits only beyond two slices at its arrival
 //     rate (records on their way from the queue, a fetch or two, are not
@@ -147,7 +152,9 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 // arrival notes what the source had given and held at now (lag units in
 // its queue) and returns the units/s that arrived since the latest note at
 // or before arrivalWindow ago (the oldest, when the worker has not been
-// counting that long; 0 with no earlier note).
+// counting that long; 0 with no earlier note), or, when the arrivals of
+// the last fallWindow are below fallShare of that, theirs: a long window
+// keeps the estimate steady, and a drop shows within fallWindow.
 func (d *demand) arrival(now time.Time, lag float64) float64 {
 	from := now.Add(-arrivalWindow)
 	drop := 0
@@ -155,12 +162,26 @@ func (d *demand) arrival(now time.Time, lag float64) float64 {
 		drop++
 	}
 	d.notes = append(d.notes[drop:], arrivals{at: now, fetched: float64(d.fetched.Load()), lag: lag})
-	first, last := d.notes[0], d.notes[len(d.notes)-1]
-	span := last.at.Sub(first.at).Seconds()
-	if span <= 0 {
-		return 0
+	last := d.notes[len(d.notes)-1]
+	since := func(first arrivals) float64 {
+		span := last.at.Sub(first.at).Seconds()
+		if span <= 0 {
+			return 0
+		}
+		return max(last.fetched-first.fetched+last.lag-first.lag, 0) / span
 	}
-	return max(last.fetched-first.fetched+last.lag-first.lag, 0) / span
+	long := since(d.notes[0])
+	recent := d.notes[0]
+	for _, n := range d.notes {
+		if n.at.After(now.Add(-fallWindow)) {
+			break
+		}
+		recent = n
+	}
+	if short := since(recent); recent.at.After(d.notes[0].at) && short < fallShare*long {
+		return short
+	}
+	return long
 }
 
 // recentUnits sums the units sent in the last second.

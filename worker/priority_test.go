@@ -127,6 +127,9 @@ func TestLiveTrafficFirstBesideABackfill(t *testing.T) {
 // remaining 10 %) within 1 s of the step, the live worker delivers what
 // arrives after it settles within a second of arrival, and no sliding
 // second at the sink holds more than the pool, the hand-over included.
+// When live demand falls back to 30 %, the backfill leases 65 % of the
+// pool again (all but the live share, rounded to partitions, and the
+// pacer's allowance) within 1 s.
 func TestBackfillYieldsToALiveStep(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -157,6 +160,17 @@ func TestBackfillYieldsToALiveStep(t *testing.T) {
 		time.Sleep(6 * time.Second)
 		to := time.Now()
 		time.Sleep(time.Second)
+		// Live traffic falls back to 30 %: the backfill has its share again.
+		f.rate.Store(classCapacity * 3 / 10)
+		fall := time.Now()
+		var back time.Duration
+		for back == 0 {
+			if bulkW.Rate(time.Now()) >= classCapacity*65/100 {
+				back = time.Since(fall)
+			}
+			require.Less(t, time.Since(fall), 5*time.Second, "the backfill did not get its share back")
+			time.Sleep(time.Millisecond)
+		}
 		f.halt()
 		require.NoError(t, live())
 		require.NoError(t, bulk())
@@ -166,10 +180,12 @@ func TestBackfillYieldsToALiveStep(t *testing.T) {
 		most := w.busiest(time.Second, 0)
 		around := w.busiestBetween(time.Second, stepAt-2*time.Second, stepAt+3*time.Second)
 		t.Logf("backfill leased %.0f records/s before the step, down to ≤ %d %v after it; live p99 latency %v in the 2 s after the step; "+
-			"after it settled, live records delivered within 1 s %.4f (p99 %v); busiest second %d overall, %d around the step",
-			before, classCapacity/10, down, stepP99.Round(time.Millisecond), share, p99.Round(time.Millisecond), most, around)
+			"after it settled, live records delivered within 1 s %.4f (p99 %v); busiest second %d overall, %d around the step; "+
+			"back to ≥ %d records/s %v after live traffic fell to 30 %%",
+			before, classCapacity/10, down, stepP99.Round(time.Millisecond), share, p99.Round(time.Millisecond), most, around, classCapacity*65/100, back)
 		t.Log("units per 200 ms:", w.series(200*time.Millisecond))
 		require.LessOrEqual(t, down, time.Second, "the low class is down to its new share within 1 s")
+		require.LessOrEqual(t, back, time.Second, "and has the capacity back within 1 s of a fall")
 		require.GreaterOrEqual(t, share, 0.99, "the high class is served")
 		require.LessOrEqual(t, most, int64(classCapacity), "the sink's sliding second, the hand-over included")
 	})
