@@ -27,7 +27,7 @@ type Config struct {
 	Real      bool
 	Brokers   []string
 	RedisAddr string
-	// Scenarios to run, by number 1..11. Default all.
+	// Scenarios to run, by number 1..12. Default all.
 	Scenarios []int
 	// RedisPort is the port of the real redis-server scenario 10 starts
 	// with scripts/redis.sh (or uses, when one runs there) without Real.
@@ -71,7 +71,7 @@ type runner struct {
 // returns an error only when a scenario could not run.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(cfg.Scenarios) == 0 {
-		cfg.Scenarios = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
+		cfg.Scenarios = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 	}
 	if cfg.KafkaPort == 0 {
 		cfg.KafkaPort = 19092
@@ -124,12 +124,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Machine.CPU, rep.Machine.Cores, rep.Machine.OS, rep.GoVersion, rep.Commit, rep.Services)
 	scenarios := map[int]func(context.Context) ([]Scenario, error){
 		1: r.scenario1, 2: r.scenario2, 3: r.scenario3, 4: r.scenario4, 5: r.scenario5, 6: r.scenario6, 7: r.scenario7,
-		8: r.scenario8, 9: r.scenario9, 10: r.scenario10, 11: r.scenario11,
+		8: r.scenario8, 9: r.scenario9, 10: r.scenario10, 11: r.scenario11, 12: r.scenario12,
 	}
 	for _, n := range cfg.Scenarios {
 		f, ok := scenarios[n]
 		if !ok {
-			return nil, fmt.Errorf("bench: no scenario %d (want 1..11)", n)
+			return nil, fmt.Errorf("bench: no scenario %d (want 1..12)", n)
 		}
 		t0 := time.Now()
 		r.log.Info("scenario starting", "scenario", n)

@@ -25,7 +25,8 @@ const (
 // builds a pod, with the defaults of the CLI, its own Redis client, and an
 // HTTP sink to the emulator wrapped in a tally.
 type sluiceWorker struct {
-	target int64 // records to finish before the job is done
+	group  string // its consumer group
+	target int64  // records to finish before the job is done
 	w      *worker.Worker
 	tally  *tally
 	probe  *redisProbe
@@ -39,6 +40,7 @@ type workerSpec struct {
 	records      int64
 	processor    ingest.Processor // e.g. a sink key rule; nil: none
 	sink         ingest.Sink      // instead of the emulator over HTTP; nil: the emulator
+	priority     lease.Priority   // the worker's class in the pool; default normal
 }
 
 // newSluiceWorker builds a worker. With start set the worker leases ahead
@@ -72,6 +74,7 @@ func (e *env) newSluiceWorker(ctx context.Context, spec workerSpec, pool lease.P
 		Group:       spec.group,
 		Redis:       []redis.UniversalClient{client},
 		Pool:        pool,
+		Priority:    spec.priority,
 		WorkerID:    e.name("w"),
 		Pricing:     pricing,
 		IDField:     "id",
@@ -92,7 +95,7 @@ func (e *env) newSluiceWorker(ctx context.Context, spec workerSpec, pool lease.P
 		}
 		w.Attach(ctrl)
 	}
-	return &sluiceWorker{target: spec.records, w: w, tally: t, probe: probe, client: client}, nil
+	return &sluiceWorker{group: spec.group, target: spec.records, w: w, tally: t, probe: probe, client: client}, nil
 }
 
 func (w *sluiceWorker) run(ctx context.Context) error {

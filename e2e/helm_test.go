@@ -103,6 +103,8 @@ topic: {name: earthquakes, partitions: 12}
 worker:
   type: earthquake
   idField: id
+  priority: high
+  weight: 2
   graceSeconds: 30
   metricsPort: 9464
   env: {SLUICE_BATCH_SIZE: "500", SLUICE_SINK_KEY_STRATEGY: "hash-prefix:4"}
@@ -225,6 +227,8 @@ func (h *helmChart) testRefusals(t *testing.T) {
 		{"keda: {enabled: true, minReplicaCount: 8}", "8 worker replicas"},
 		{"pool: {reservedPartitions: 11}", "pool.reservedPartitions 11 × 2 workers exceeds pool.partitions 20"},
 		{"worker: {type: earthquake}", "need types.content"},
+		{"worker: {priority: urgent}", `worker.priority "urgent": want high, normal or low`},
+		{"worker: {weight: 0}", "worker.weight 0: want a positive integer"},
 		{"api: {enabled: true}", "need types.content"},
 		{"kafka: {sasl: {mechanism: GSSAPI, username: u}}\nsecrets: {create: {kafkaSaslPassword: p}}", `kafka.sasl.mechanism "GSSAPI": want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512`},
 		{"kafka: {sasl: {mechanism: SCRAM-SHA-256}}\nsecrets: {create: {kafkaSaslPassword: p}}", "kafka.sasl.username is required"},
@@ -267,6 +271,8 @@ func (h *helmChart) testMinimalInstall(t *testing.T) {
 	require.Equal(t, "sluice-earthquakes", w.env["SLUICE_GROUP"], "sluice's own default group")
 	require.Equal(t, "2000", w.env["SLUICE_CAPACITY"])
 	require.Equal(t, "10s", w.env["SLUICE_GRACE"], "sluice's default grace")
+	require.Equal(t, "normal", w.env["SLUICE_PRIORITY"], "the pods before a bulk load (low) on the same pool")
+	require.Equal(t, "1", w.env["SLUICE_WEIGHT"])
 	require.NotContains(t, w.env, "SLUICE_TYPES", "no types file, no --types")
 	for _, e := range w.container.Env {
 		require.Nil(t, e.ValueFrom, "%s: no credentials were given", e.Name)
@@ -304,6 +310,8 @@ func (h *helmChart) testEverythingOn(t *testing.T) {
 	require.Equal(t, "30s", w.env["SLUICE_GRACE"])
 	require.Equal(t, int64(50), *w.pod.TerminationGracePeriodSeconds, "grace + 20 s")
 	require.Equal(t, "earthquake", w.env["SLUICE_TYPE"])
+	require.Equal(t, "high", w.env["SLUICE_PRIORITY"])
+	require.Equal(t, "2", w.env["SLUICE_WEIGHT"])
 	require.Equal(t, "500", w.env["SLUICE_BATCH_SIZE"], "worker.env is passed through")
 	require.Equal(t, []string{"worker", "--concurrency=8"}, w.container.Args)
 	require.Equal(t, map[string]string{

@@ -85,6 +85,13 @@ type Config struct {
 	// says. Called without the manager's lock held. Default: every release
 	// waits a Slice before the unlock.
 	Releasable func(now time.Time, rate float64, grace time.Duration) bool
+	// Priority is the worker's class in the pool (see Priority): the pool
+	// serves the demand of a higher class first. Default PriorityNormal.
+	Priority Priority
+	// Weight is the worker's weight inside its class: members of one class
+	// with backlogs split what the class gets in proportion to their
+	// weights (weighted max-min). Default DefaultWeight (1); must be ≥ 1.
+	Weight int
 	// Logger receives lease events and errors. Default: discard.
 	Logger *slog.Logger
 }
@@ -122,6 +129,9 @@ func (c Config) withDefaults() Config {
 	if c.KeepAlive == 0 {
 		c.KeepAlive = min(c.MemberTTL, c.RenewEvery) / 3
 	}
+	if c.Weight == 0 {
+		c.Weight = DefaultWeight
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -143,6 +153,12 @@ func (c Config) validate() error {
 	}
 	if c.Reserved < 0 || c.Reserved > c.Pool.Partitions {
 		return invalid("Reserved %d must be within 0..%d (the pool's partitions)", c.Reserved, c.Pool.Partitions)
+	}
+	if !c.Priority.Valid() {
+		return invalid("Priority %d must be PriorityHigh, PriorityNormal or PriorityLow", int(c.Priority))
+	}
+	if c.Weight < 1 {
+		return invalid("Weight %d must be a positive integer", c.Weight)
 	}
 	if strings.ContainsAny(c.Prefix, " \t\r\n") {
 		return invalid("Prefix %q must not contain whitespace", c.Prefix)

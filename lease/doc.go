@@ -142,10 +142,15 @@
 // for none), and its fair share from the live members (see Redis cost for
 // how it learns them). Every worker computes the same share from the same
 // list: first each member's reserved partitions (in
-// worker ID order while they last), then a max-min water fill of the rest
-// over what each wants beyond its reservation: each member gets min(its
-// want, a common level), the leftover partitions when the level cannot be
-// equal going to the lowest worker IDs, so shares sum to min(P, Σ wants).
+// worker ID order while they last, whatever its class), then the rest
+// class by class, highest first (see Priorities and weights), each class
+// sharing what the classes above it left by a weighted max-min water fill
+// over what its members want beyond their reservations: each member gets
+// min(its want, its weight × a common level), the leftover partitions when
+// the level cannot be met exactly going by the Sainte-Laguë rule (the
+// member whose share + 1/2 over its weight is lowest, ties to the lowest
+// worker ID; with equal weights, one each to the lowest worker IDs at the
+// level), so shares sum to min(P, Σ wants).
 // A worker releases partitions above its share at once and acquires up to
 // it (at most 2 tries per partition it lacks per attempt, free partitions
 // p with p mod members = its rank by worker ID first, so workers that see
@@ -161,12 +166,50 @@
 // A worker with demand 0 holds nothing after its next tick.
 // Nobody can hoard the pool.
 //
+// # Priorities and weights
+//
+// Config.Priority puts a worker in one of three classes, PriorityHigh,
+// PriorityNormal (the default) and PriorityLow, and Config.Weight (default
+// 1) weighs it inside its class. The pool is allocated in class order: the
+// wants of a higher class are met first, max-min fair inside the class
+// weighted by each member's weight (two members with backlogs and weights
+// 2 and 1 split 2:1), and the next class shares what is left, so a lower
+// class uses everything a higher one does not want and nothing is idle
+// while anyone has demand. Reserved partitions come off the top whatever
+// the holder's class (a reservation is a floor even for a low class) and
+// count in the holder's class: its want includes them, and Status shows
+// them in its class.
+//
+// A lower class gives capacity back as fast as the change feed carries a
+// higher class's rise: the higher worker's SetDemand wakes its loop, which
+// announces the new want at once (one script call, published on the
+// pool's channel); every peer reads the members when the message arrives
+// and, below its new share, stops counting the partitions above it in
+// that same step, within a Tick of the message and so within a slice
+// (the loop is woken by the message, not by its next tick). It unlocks
+// them one Slice later, as every release does, and the higher worker takes
+// them as soon as the release is published. So the pool sum holds during
+// the hand-over by the rule every release follows: the giver stops
+// counting before it unlocks, the taker counts only after its lock
+// returned, and the credits of the two never overlap. A worker whose
+// want rose from nothing takes no more than an equal split among the
+// members of its own class for its first ticks (peers of its class woken
+// by the same backlog may not have announced yet); lower classes yield to
+// it at once all the same.
+//
+// Classes are fixed names, not part of the pool's definition: workers of
+// one pool with different classes share it as described, and a worker of
+// an earlier version (which announces neither) counts as normal with
+// weight 1.
+//
 // # Redis cost
 //
 // Redis commands grow with the leases held and the renewal interval, not
 // with the tick or the record rate. A worker announces its demand only
-// when what the share is computed from changes (want, reservation, need),
-// and otherwise refreshes it every KeepAlive (default
+// when what the share is computed from changes (want, reservation, need,
+// class, weight; a want that moves by less than an eighth, and less than
+// 2 partitions, waits for the next keep-alive, so a wavering demand costs
+// nothing), and otherwise refreshes it every KeepAlive (default
 // min(MemberTTL, RenewEvery)/3, 1.7 s with the default 15 s TTL); each is
 // one script call. A change is published on the pool's channel; peers
 // subscribed to it read the members (one script call, whatever their
@@ -196,7 +239,7 @@
 //	                             announcement expires: its last keep-alive + MemberTTL (default
 //	                             max(4 × Tick, RenewEvery)); every announcement removes the expired
 //	{prefix}:{pool}:ann          hash, worker ID → "<want partitions> <demand units/s> <reserved partitions>
-//	                             <backlog units> <need partitions> <need since, Unix ms>"
+//	                             <backlog units> <need partitions> <need since, Unix ms> <class> <weight>"
 //	{prefix}:{pool}:mver         integer, incremented at every membership change
 //	{prefix}:{pool}:dver         integer, incremented by SetPool
 //	{prefix}:{pool}:changes      pub/sub channel: "m <worker>" after a membership change, "d" after SetPool

@@ -32,6 +32,13 @@ const HistoryKeep = 10 * time.Second
 // woken by the same backlog to announce theirs.
 const wokenFor = 3
 
+// changeAtOnce is how many partitions a new want must differ from an
+// announced want of want by to be announced at once rather than at the
+// next keep-alive: an eighth of it, and at least 2.
+func changeAtOnce(want int) int { return max(2, want/8) }
+
+func abs(n int) int { return max(n, -n) }
+
 // errReservedShort is logged while the worker holds fewer partitions than
 // it reserves.
 var errReservedShort = errors.New("lease: reserved partitions not free")
@@ -177,6 +184,12 @@ func (m *Manager) Effective(now time.Time) float64 {
 	defer m.mu.Unlock()
 	return m.sched.effective(now)
 }
+
+// Priority returns the worker's class in the pool (Config.Priority).
+func (m *Manager) Priority() Priority { return m.cfg.Priority }
+
+// Weight returns the worker's weight inside its class (Config.Weight).
+func (m *Manager) Weight() int { return m.cfg.Weight }
 
 // Margin returns the safety margin in effect.
 func (m *Manager) Margin() time.Duration { return m.cfg.Margin }
@@ -376,17 +389,22 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	need := m.needLocked(now)
 	m.takeTurn(now, need, len(m.held))
 	me := announcement{Want: m.wantLocked(), Demand: m.demand, Reserved: m.cfg.Reserved, Backlog: m.backlog,
-		Need: need, NeedSince: m.needSince.UnixMilli()}
+		Need: need, NeedSince: m.needSince.UnixMilli(), Priority: m.cfg.Priority, Weight: m.cfg.Weight}
 	m.ledger.prune(now.Add(-HistoryKeep))
 	m.mu.Unlock()
 
 	keepAlive := !m.annAt.IsZero() && !now.Before(m.annAt.Add(m.cfg.KeepAlive))
-	if me.Want > 0 && me.Want < m.lastAnn.Want && !m.annAt.IsZero() && !keepAlive {
-		// A fall to a smaller want waits for the keep-alive (a fall to
-		// nothing does not): a demand that wavers between two values, as a
-		// worker's rate-based demand does, costs no announcement, and no
-		// read by every peer, each time it dips. Until then the worker
+	if me.Want > 0 && m.lastAnn.Want > 0 && me.Want != m.lastAnn.Want && abs(me.Want-m.lastAnn.Want) < changeAtOnce(m.lastAnn.Want) &&
+		!m.annAt.IsZero() && !keepAlive {
+		// A small change of the want waits for the keep-alive (one from
+		// or to nothing, or by changeAtOnce, does not): a demand that
+		// wavers around a value, as a worker's rate-based demand does,
+		// costs no announcement, no read by every peer and no partition
+		// handed back and forth each time it moves. Until then the worker
 		// keeps the share of the want it announced, as its peers compute.
+		// A large change (a backlog, or one drained) is announced at once:
+		// a lower class yields to a rise, and gets its capacity back
+		// after a fall, without waiting.
 		me.Want = m.lastAnn.Want
 	}
 	// The first announcement changes the peers' shares only if it wants
@@ -406,10 +424,14 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	share := min(me.Want, len(m.Held())) // if the members cannot be read
 	if m.peers != nil {
 		list := make([]member, 0, len(m.peers)+1)
-		list = append(list, member{Worker: m.cfg.WorkerID, Want: me.Want, Reserved: me.Reserved, Need: me.Need, NeedSince: me.NeedSince})
+		list = append(list, me.member(m.cfg.WorkerID))
+		classmates := 1 // members of this worker's class, itself included
 		for w, a := range m.peers {
 			if w != m.cfg.WorkerID {
-				list = append(list, member{Worker: w, Want: a.Want, Reserved: a.Reserved, Need: a.Need, NeedSince: a.NeedSince})
+				list = append(list, a.member(w))
+				if a.Priority == me.Priority {
+					classmates++
+				}
 			}
 		}
 		parts := m.partitionsNow()
@@ -424,13 +446,15 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 			m.wokeAt = now
 		}
 		if now.Sub(m.wokeAt) < wokenFor*m.cfg.Tick {
-			// Just woken: idle peers that woke at the same time may not
-			// have announced yet, so take no more than an equal split of
-			// the members for a few ticks, and grow to the fair share
-			// after. Workers that start on one backlog together split it
-			// at once instead of one taking every partition and handing
-			// most back a tick later.
-			share = min(share, max((parts+len(list)-1)/len(list), m.cfg.Reserved))
+			// Just woken: idle peers of its class that woke at the same
+			// time may not have announced yet, so take no more than an
+			// equal split among the class's members for a few ticks, and
+			// grow to the fair share after. Workers that start on one
+			// backlog together split it at once instead of one taking
+			// every partition and handing most back a tick later. (Peers
+			// of a lower class yield to it whatever it takes; those of a
+			// higher class take from it.)
+			share = min(share, max((parts+classmates-1)/classmates, m.cfg.Reserved))
 		}
 	}
 	m.announced = me.Want

@@ -108,6 +108,13 @@ type announcement struct {
 	Backlog   float64 // units waiting for the worker (queue lag and fetched), -1 unknown
 	Need      int     // the fewest partitions its head record can be sent with, 0..P
 	NeedSince int64   // when it began waiting for Need, Unix ms
+	Priority  Priority
+	Weight    int // ≥ 1; 0 (an announcement of an earlier version) counts as DefaultWeight
+}
+
+// member is a as worker's entry in the fair share.
+func (a announcement) member(worker string) member {
+	return member{Worker: worker, Want: a.Want, Reserved: a.Reserved, Need: a.Need, NeedSince: a.NeedSince, Priority: a.Priority, Weight: a.Weight}
 }
 
 // wants reports whether a asks for any partition, so that its arrival or
@@ -119,18 +126,21 @@ func (a announcement) wants() bool { return a.Want > 0 || a.Reserved > 0 || a.Ne
 // shown by Status, and refreshed with the keep-alive; NeedSince orders
 // only needs of more than one partition).
 func (a announcement) sameShare(b announcement) bool {
-	return a.Want == b.Want && a.Reserved == b.Reserved && a.Need == b.Need && (a.Need <= 1 || a.NeedSince == b.NeedSince)
+	return a.Want == b.Want && a.Reserved == b.Reserved && a.Need == b.Need && (a.Need <= 1 || a.NeedSince == b.NeedSince) &&
+		a.Priority == b.Priority && a.Weight == b.Weight
 }
 
 // encode writes a as space-separated fields; older workers read the
 // leading ones they know.
 func (a announcement) encode() string {
 	return strconv.Itoa(a.Want) + " " + strconv.FormatFloat(a.Demand, 'g', -1, 64) + " " + strconv.Itoa(a.Reserved) +
-		" " + strconv.FormatFloat(a.Backlog, 'g', -1, 64) + " " + strconv.Itoa(a.Need) + " " + strconv.FormatInt(a.NeedSince, 10)
+		" " + strconv.FormatFloat(a.Backlog, 'g', -1, 64) + " " + strconv.Itoa(a.Need) + " " + strconv.FormatInt(a.NeedSince, 10) +
+		" " + a.Priority.String() + " " + strconv.Itoa(a.Weight)
 }
 
 // decodeAnnouncement reads what encode wrote; missing trailing fields (a
-// worker of an earlier version) take their zero value, and Backlog -1.
+// worker of an earlier version) take their zero value (PriorityNormal for
+// the class), and Backlog -1.
 func decodeAnnouncement(v string) (announcement, error) {
 	f := strings.Fields(v)
 	a := announcement{Backlog: -1}
@@ -149,6 +159,8 @@ func decodeAnnouncement(v string) (announcement, error) {
 	parse(3, func(s string) (err error) { a.Backlog, err = strconv.ParseFloat(s, 64); return err })
 	parse(4, func(s string) (err error) { a.Need, err = strconv.Atoi(s); return err })
 	parse(5, func(s string) (err error) { a.NeedSince, err = strconv.ParseInt(s, 10, 64); return err })
+	parse(6, func(s string) (err error) { a.Priority, err = ParsePriority(s); return err })
+	parse(7, func(s string) (err error) { a.Weight, err = strconv.Atoi(s); return err })
 	if err := errors.Join(errs...); err != nil {
 		return announcement{}, fmt.Errorf("member value %q: %w", v, err)
 	}

@@ -33,6 +33,9 @@ type PoolStatus struct {
 	ETA time.Duration `json:"-"`
 	// ETASeconds is ETA in seconds, for JSON.
 	ETASeconds float64 `json:"eta_s"`
+	// Classes are the priority classes that have members, highest first
+	// (the order the pool serves them in).
+	Classes []ClassStatus `json:"classes"`
 	// Members are the workers announcing demand, by worker ID.
 	Members []MemberStatus `json:"members"`
 	// Partitions are all P partitions, by index.
@@ -57,6 +60,26 @@ type MemberStatus struct {
 	Holds int `json:"holds_partitions"`
 	// Backlog is the units waiting for the worker, -1 unknown.
 	Backlog float64 `json:"backlog_units"`
+	// Priority is the worker's class; Weight its weight inside the class
+	// (0 for a holder that is no longer a member).
+	Priority Priority `json:"priority"`
+	Weight   int      `json:"weight"`
+}
+
+// ClassStatus sums one priority class's members.
+type ClassStatus struct {
+	Priority Priority `json:"priority"`
+	// Workers is how many members announce this class.
+	Workers int `json:"workers"`
+	// Demand is the sum of their demands as MemberStatus shows them, in
+	// units/s, at most the pool's effective rate.
+	Demand float64 `json:"demand_units_per_s"`
+	// WantsAll is true when one of them asks for all it can get.
+	WantsAll bool `json:"wants_all"`
+	// Holds is how many partitions they hold, reserved ones included;
+	// Leased is that in units/s (Holds × PartitionRate).
+	Holds  int     `json:"holds_partitions"`
+	Leased float64 `json:"leased_units_per_s"`
 }
 
 // PartitionStatus is who holds one partition.
@@ -117,12 +140,23 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 		}
 		st.Partitions[i] = ps
 	}
+	classes := map[Priority]*ClassStatus{}
 	for w, a := range members {
 		demand, all := a.Demand, math.IsInf(a.Demand, 1) || math.IsNaN(a.Demand)
 		if all {
 			demand = st.EffectiveRate
 		}
-		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: demand, WantsAll: all, Reserved: a.Reserved, Holds: holds[w], Backlog: a.Backlog})
+		st.Members = append(st.Members, MemberStatus{Worker: w, Want: a.Want, Demand: demand, WantsAll: all, Reserved: a.Reserved, Holds: holds[w], Backlog: a.Backlog,
+			Priority: a.Priority, Weight: max(a.Weight, DefaultWeight)})
+		c := classes[a.Priority]
+		if c == nil {
+			c = &ClassStatus{Priority: a.Priority}
+			classes[a.Priority] = c
+		}
+		c.Workers++
+		c.Holds += holds[w]
+		c.Demand = min(c.Demand+max(demand, 0), st.EffectiveRate)
+		c.WantsAll = c.WantsAll || all
 		delete(holds, w)
 		if a.Backlog >= 0 {
 			st.Backlog = max(st.Backlog, 0) + a.Backlog
@@ -135,12 +169,18 @@ func Status(ctx context.Context, client redis.UniversalClient, prefix, pool stri
 	for w, n := range holds { // holders that are no longer members (crashed, or just leaving)
 		st.Members = append(st.Members, MemberStatus{Worker: w, Holds: n, Backlog: -1})
 	}
+	for _, c := range classes {
+		c.Leased = float64(c.Holds) * st.PartitionRate
+		st.Classes = append(st.Classes, *c)
+	}
+	slices.SortFunc(st.Classes, func(a, b ClassStatus) int { return cmp.Compare(b.Priority, a.Priority) })
 	slices.SortFunc(st.Members, func(a, b MemberStatus) int { return cmp.Compare(a.Worker, b.Worker) })
 	return st, nil
 }
 
-// String renders the status as text: the pool, then one line per worker
-// (its partitions summarised), then the free partitions.
+// String renders the status as text: the pool, its classes (highest
+// first), then one line per worker (its partitions summarised, its class),
+// then the free partitions.
 func (s PoolStatus) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %s: %s (%v %s/s per partition)\n", s.Pool.Name, s.Pool, s.PartitionRate, s.Pool.Unit)
@@ -155,6 +195,21 @@ func (s PoolStatus) String() string {
 	}
 	if s.Backlog >= 0 {
 		fmt.Fprintf(&b, "backlog: %v %s, ETA %v at the pool's rate\n", s.Backlog, s.Pool.Unit, s.ETA.Round(100*time.Millisecond))
+	}
+	if len(s.Classes) > 0 {
+		b.WriteString("classes (served highest first):\n")
+	}
+	for _, c := range s.Classes {
+		workers := "workers"
+		if c.Workers == 1 {
+			workers = "worker"
+		}
+		demand := fmt.Sprintf("demand %v %s/s", c.Demand, s.Pool.Unit)
+		if c.WantsAll {
+			demand = "demand: all it can get (a backlog)"
+		}
+		fmt.Fprintf(&b, "  %-6s  %d %s, %s, leased %v %s/s (%d partitions)\n",
+			c.Priority, c.Workers, workers, demand, c.Leased, s.Pool.Unit, c.Holds)
 	}
 	held := map[string][]PartitionStatus{}
 	var free []int
@@ -188,6 +243,12 @@ func (s PoolStatus) String() string {
 		}
 		if m.Backlog >= 0 {
 			fmt.Fprintf(&b, ", backlog %v %s", m.Backlog, s.Pool.Unit)
+		}
+		if m.Weight > 0 { // a member, not a leftover holder
+			fmt.Fprintf(&b, ", %s", m.Priority)
+			if m.Weight != DefaultWeight {
+				fmt.Fprintf(&b, " weight %d", m.Weight)
+			}
 		}
 		b.WriteString("\n")
 	}

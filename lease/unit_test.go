@@ -341,7 +341,7 @@ func TestMiniredisClockTTL(t *testing.T) {
 		return err == nil && st.Backlog == 450
 	}, 2*time.Second, 5*time.Millisecond, "the backlog is announced at the next tick")
 	require.Len(t, st.Members, 1)
-	require.Equal(t, MemberStatus{Worker: "embedded-worker", Want: 2, Demand: 100, WantsAll: true, Holds: 2, Backlog: 450}, st.Members[0])
+	require.Equal(t, MemberStatus{Worker: "embedded-worker", Want: 2, Demand: 100, WantsAll: true, Holds: 2, Backlog: 450, Weight: 1}, st.Members[0])
 	require.InDelta(t, 4.5, st.ETASeconds, 1e-9, "450 records at the pool's 100 records/s")
 	require.Contains(t, st.String(), "backlog: 450 records, ETA 4.5s")
 	for _, p := range st.Partitions {
@@ -349,7 +349,7 @@ func TestMiniredisClockTTL(t *testing.T) {
 		require.Positive(t, p.TTLLeft)
 	}
 	require.Contains(t, st.String(), "embedded-worker  holds 2 of 2 partitions (0-1; 100 records/s; leases ")
-	require.Contains(t, st.String(), "wants 2, demand: all it can get (a backlog), backlog 450 records\n")
+	require.Contains(t, st.String(), "wants 2, demand: all it can get (a backlog), backlog 450 records, normal\n")
 	require.Contains(t, st.String(), "free partitions: 0 of 2\n")
 	require.NotContains(t, st.String(), "Inf")
 	js, err := json.Marshal(st)

@@ -3,11 +3,13 @@
 // server for /metrics, /healthz and /readyz.
 //
 // Every metric carries the label pool; per-worker metrics also carry
-// worker (the lease worker ID). Metrics, with their units:
+// worker (the lease worker ID), and sluice_leased_units_per_second the
+// worker's priority class (priority: high, normal or low), so that a
+// pool's leased rate sums by class. Metrics, with their units:
 //
 //	sluice_pool_capacity_units_per_second        gauge    the pool's capacity in force (units/s)
 //	sluice_pool_effective_units_per_second       gauge    the pool's effective rate: the capacity, or less while ramping up (units/s)
-//	sluice_leased_units_per_second               gauge    the rate the worker's valid leases allow (units/s)
+//	sluice_leased_units_per_second{priority}     gauge    the rate the worker's valid leases allow (units/s)
 //	sluice_demand_units_per_second               gauge    the demand the worker announces to its pool, capped at the pool's effective rate (units/s)
 //	sluice_leases_held                           gauge    partitions the worker holds
 //	sluice_reserved_partitions_missing           gauge    reserved partitions the worker could not take yet
@@ -136,7 +138,7 @@ var (
 
 	descCapacity   = prometheus.NewDesc("sluice_pool_capacity_units_per_second", "The pool's capacity in force, in units/s.", poolLabels, nil)
 	descEffective  = prometheus.NewDesc("sluice_pool_effective_units_per_second", "The pool's effective rate (capacity, or less while ramping up), in units/s.", poolLabels, nil)
-	descLeased     = prometheus.NewDesc("sluice_leased_units_per_second", "The rate the worker's valid leases allow, in units/s.", workerLabels, nil)
+	descLeased     = prometheus.NewDesc("sluice_leased_units_per_second", "The rate the worker's valid leases allow, in units/s, by the worker's priority class.", append(workerLabels, "priority"), nil)
 	descDemand     = prometheus.NewDesc("sluice_demand_units_per_second", "The demand the worker announces to its pool, capped at the pool's effective rate, in units/s.", workerLabels, nil)
 	descHeld       = prometheus.NewDesc("sluice_leases_held", "Capacity partitions the worker holds.", workerLabels, nil)
 	descMissing    = prometheus.NewDesc("sluice_reserved_partitions_missing", "Reserved partitions the worker could not take yet.", workerLabels, nil)
@@ -191,7 +193,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descEffective, w.Lease.Effective(now), w.Pool)
 		}
 		rate := w.Lease.Rate(now)
-		gauge(descLeased, rate, w.Pool, id)
+		gauge(descLeased, rate, w.Pool, id, w.Lease.Priority().String())
 		gauge(descDemand, w.Lease.Demand(now), w.Pool, id)
 		gauge(descRedisDown, w.Lease.RedisUnreachable(now).Seconds(), w.Pool, id)
 		gauge(descHeld, float64(len(w.Lease.Held())), w.Pool, id)

@@ -54,6 +54,11 @@ func TestCollectorAndServer(t *testing.T) {
 	col.ObserveWrite("quakes")(100, 30*time.Millisecond)
 
 	require.InDelta(t, 200, gaugeValue(t, reg, "sluice_leased_units_per_second"), 1e-9, "2 partitions of 100/s")
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP sluice_leased_units_per_second The rate the worker's valid leases allow, in units/s, by the worker's priority class.
+# TYPE sluice_leased_units_per_second gauge
+sluice_leased_units_per_second{pool="quakes",priority="normal",worker="w1"} 200
+`), "sluice_leased_units_per_second"), "the leased rate carries the worker's class")
 	require.InDelta(t, 1000, gaugeValue(t, reg, "sluice_pool_capacity_units_per_second"), 1e-9)
 	require.InDelta(t, 2, gaugeValue(t, reg, "sluice_leases_held"), 1e-9)
 	require.InDelta(t, 2, gaugeValue(t, reg, "sluice_eta_seconds"), 1e-9, "400 records at 200 records/s")

@@ -7,36 +7,93 @@ import (
 	"github.com/sluicehq/sluice/ingest"
 )
 
-// Demand timing. A worker that stops having a backlog keeps asking for its
-// share for backlogHold, so a queue that runs dry between two fetches does
-// not hand partitions back and forth. One whose source has had nothing for
-// dryAfter asks for nothing, so peers with a backlog get its share at once;
-// when the source reports its lag (Lagger), caughtUpAfter with no lag and
-// nothing fetched is enough.
+// Demand timing. A worker that announced a backlog of unknown size keeps
+// asking for everything for backlogHold, so a queue that runs dry between
+// two fetches does not hand partitions back and forth. One whose source
+// has had nothing for dryAfter asks for nothing, so peers with a backlog
+// get its share at once; when the source reports its lag (Lagger),
+// caughtUpAfter with no lag and nothing fetched is enough. A worker asks
+// to drain what waits for it within drainWithin, on top of its arrival
+// rate measured over arrivalWindow, or over fallWindow when that is below
+// fallShare of it (a drop of the arrivals is followed within fallWindow).
 const (
 	backlogHold   = time.Second
 	dryAfter      = 200 * time.Millisecond
 	caughtUpAfter = 100 * time.Millisecond
-	headroom      = 1.25 // demand over the rate sent, for a rising arrival rate
+	drainWithin   = 250 * time.Millisecond
+	arrivalWindow = 2 * time.Second
+	fallWindow    = 500 * time.Millisecond
+	fallShare     = 0.75
 )
 
-// demand estimates what a worker asks of its pool (Capacity.SetDemand).
+// demand estimates what a worker asks of its pool (Capacity.SetDemand):
+// the rate it could use, no more, so that a pool shared by priority
+// classes can give a lower class everything a higher one does not use.
+//
+//   - A bulk load that leases ahead asks for everything (+Inf) until its
+//     first record arrives.
+//   - Otherwise it asks for its arrival rate (what its pacer needs to
+//     send it: the rate × (1 s + guard) ÷ 1 s) plus what drains the units
+//     waiting for it (its queue lag, what it fetched, retries, the head of
+//     its line) within drainWithin, and keeps asking for the most it
+//     asked for until that backlog is gone and one slice more, so the
+//     tail of a backlog is not sent ever slower. The arrival rate over
+//     about the last arrivalWindow is what it fetched from the source in
+//     that span plus how much its queue lag grew: what arrived was either
+//     fetched or still waits in the queue, so neither a backlog drained
+//     after a stall nor the slices' rhythm (a second holds five or six
+//     slices' sends) is taken for arrivals. When the last fallWindow's
+//     arrivals are below fallShare of that, they are the rate: a drop
+//     gives capacity back within half a second, noise does not.
+//   - A worker that keeps up (every record fetched fitted its slice's
+//     budget) counts what waits only beyond two slices at its arrival
+//     rate (records on their way from the queue, a fetch or two, are not
+//     a backlog); one whose records wait beyond the slice's budget
+//     (capped), beyond half a slice.
+//   - A capped worker that cannot tell how much waits (a source without
+//     Lagger, records held back by a hot key range, no rate to fetch
+//     with) asks for everything (+Inf) and keeps asking for backlogHold.
+//   - A worker that took records it has yet to send asks for at least
+//     half the rate they were taken at (their units over two slices), up
+//     to the rate it holds, so that its leases do not all go back before
+//     the sends are out.
+//   - A worker whose source has run dry asks for nothing.
+//
 // The fetcher updates started and fetchingSince; the slice loop calls
 // estimate.
 type demand struct {
 	leaseAhead    bool
+	slice         time.Duration
 	started       atomic.Bool  // a record was fetched
 	fetchingSince atomic.Int64 // unix ns since the fetcher waits in Source.Fetch; 0 when it does not
 	lag           func() int64 // the source's lag, nil when unknown
 
-	lastBacklog time.Time   // slice loop only
+	fetched atomic.Int64 // units fetched from the source so far
+
+	lastBacklog time.Time   // slice loop only: the last +Inf
+	peak        float64     // slice loop only: the most asked for since the backlog began; 0 without one
+	drained     bool        // slice loop only: the backlog of peak is gone (asked for one slice more)
 	recent      recentUnits // units sent in the last second
+	notes       []arrivals  // slice loop only: the estimates of the last arrivalWindow, oldest first
 }
 
-// estimate returns the demand in units/s. backlog: records are waiting
-// beyond this slice's budget; idle: nothing is queued or waiting for a retry.
-func (d *demand) estimate(now time.Time, backlog, idle bool) float64 {
-	if backlog || (d.leaseAhead && !d.started.Load()) {
+// arrivals is what the source had given and still held at an instant:
+// what arrived since is the growth of both.
+type arrivals struct {
+	at      time.Time
+	fetched float64 // units fetched so far
+	lag     float64 // units in the queue
+}
+
+// estimate returns the demand in units/s at now. capped: records wait
+// beyond this slice's budget; sending: the units the slice took and has
+// yet to send; waiting: the units waiting for the worker (queue lag,
+// fetched, retries, the head of the line), -1 when unknown, of which lag
+// in the source's queue; leased: the rate the worker holds, units/s;
+// guard: the pacer's send-to-accept allowance (ingest.GuardReporter), 0
+// when unknown; idle: nothing is queued, to send or waiting for a retry.
+func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, lag, leased float64, guard time.Duration, idle bool) float64 {
+	if d.leaseAhead && !d.started.Load() {
 		d.lastBacklog = now
 		return ingest.Inf
 	}
@@ -46,10 +103,85 @@ func (d *demand) estimate(now time.Time, backlog, idle bool) float64 {
 			return 0
 		}
 	}
-	if now.Sub(d.lastBacklog) < backlogHold {
+	sent := float64(d.recent.sum(now))
+	switch {
+	case capped && (waiting < 0 || leased <= 0):
+		// How much waits is unknown, or cannot be learnt at no rate (the
+		// queue's lag is read from the records fetched, and a worker
+		// without leases fetches none ahead).
+		d.lastBacklog = now
+		return ingest.Inf
+	case waiting < 0:
+		if now.Sub(d.lastBacklog) < backlogHold {
+			return ingest.Inf
+		}
+		return sent
+	}
+	// A pacer whose account keeps each send a second past its answer lets
+	// rate × 1 s ÷ (1 s + guard) through: sending the arrivals takes that
+	// much more.
+	arrival := d.arrival(now, lag) * (1 + guard.Seconds())
+	tolerance := 2 * arrival * d.slice.Seconds() // records on their way from the queue
+	if capped {
+		tolerance /= 4
+	} else if now.Sub(d.lastBacklog) < backlogHold {
 		return ingest.Inf
 	}
-	return float64(d.recent.sum(now)) * headroom
+	if excess := waiting - tolerance; excess > 0 {
+		// A backlog: asked for until it is gone, however it shrinks, so
+		// that its tail is not sent ever slower, and for one slice more,
+		// while the slice that took its last records sends them.
+		d.peak = max(d.peak, arrival+excess/drainWithin.Seconds())
+		d.drained = false
+		arrival = d.peak
+	} else if d.peak > 0 && !d.drained {
+		d.drained = true
+		arrival = max(arrival, d.peak)
+	} else {
+		d.peak = 0
+	}
+	// What the slice took is sent over it, each send when the account has
+	// room: the rate it was taken at must not all go back meanwhile, or
+	// its tail waits for credit a single partition earns. Half that rate
+	// (sent within two slices), so that a steady worker's varying takes
+	// do not pin its rate, and never above the rate held, so this never
+	// asks for more.
+	return max(arrival, min(float64(sending)/d.slice.Seconds()/2, leased))
+}
+
+// arrival notes what the source had given and held at now (lag units in
+// its queue) and returns the units/s that arrived since the latest note at
+// or before arrivalWindow ago (the oldest, when the worker has not been
+// counting that long; 0 with no earlier note), or, when the arrivals of
+// the last fallWindow are below fallShare of that, theirs: a long window
+// keeps the estimate steady, and a drop shows within fallWindow.
+func (d *demand) arrival(now time.Time, lag float64) float64 {
+	from := now.Add(-arrivalWindow)
+	drop := 0
+	for drop+1 < len(d.notes) && !d.notes[drop+1].at.After(from) {
+		drop++
+	}
+	d.notes = append(d.notes[drop:], arrivals{at: now, fetched: float64(d.fetched.Load()), lag: lag})
+	last := d.notes[len(d.notes)-1]
+	since := func(first arrivals) float64 {
+		span := last.at.Sub(first.at).Seconds()
+		if span <= 0 {
+			return 0
+		}
+		return max(last.fetched-first.fetched+last.lag-first.lag, 0) / span
+	}
+	long := since(d.notes[0])
+	recent := d.notes[0]
+	for _, n := range d.notes {
+		if n.at.After(now.Add(-fallWindow)) {
+			break
+		}
+		recent = n
+	}
+	if short := since(recent); recent.at.After(d.notes[0].at) && short < fallShare*long {
+		return short
+	}
+	return long
 }
 
 // recentUnits sums the units sent in the last second.

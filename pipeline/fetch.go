@@ -76,6 +76,7 @@ func (p *Pipeline) fetch(ctx context.Context, raw chan<- *item) {
 func (p *Pipeline) prepareAll(raw <-chan *item) {
 	for it := range raw {
 		p.prepare(it)
+		p.demand.fetched.Add(it.rec.Cost)
 		p.fetched <- it
 		if n := len(p.fetched); int64(n) >= p.prefetch.Load() || n+1 >= p.cfg.MaxBatch {
 			// The prefetch target, or a batch, for a slice topping up.

@@ -245,12 +245,12 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	writeCtx, cancelWrites := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWrites()
 
-	p.demand.leaseAhead = p.cfg.LeaseAhead
+	p.demand.leaseAhead, p.demand.slice = p.cfg.LeaseAhead, p.cfg.Slice
 	p.owner, _ = p.p.Source.(ingest.Owner)
 	if l, ok := p.p.Source.(ingest.Lagger); ok {
 		p.demand.lag = l.Lag
 	}
-	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, true))
+	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), false, 0, -1, -1, 0, 0, true))
 
 	closing := make(chan struct{})
 	var fetching, writing, background sync.WaitGroup

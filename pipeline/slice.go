@@ -73,7 +73,7 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 			if probe {
 				p.breaker.cancelProbe()
 			}
-			p.setDemand(false)
+			p.setDemand(false, 0, nil)
 			p.setPrefetch(0, 1)
 			var ok bool
 			if head, ok = p.await(ctx); !ok {
@@ -110,10 +110,11 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 			p.breaker.cancelProbe()
 		}
 		p.demand.recent.add(open, spent)
-		// What was taken is still to be sent over the slice, each send when
-		// the account has room: until then it is a backlog, or the leases
-		// it needs could go back to the pool.
-		p.setDemand(len(batches) > 0 || head != nil || p.dueCost(open) > 0 || p.ranges.heldRecords() > 0)
+		// Capped: records wait that this slice's budget could not take.
+		// What was taken is still to be sent over the slice, each send
+		// when the account has room: until then the worker is not idle,
+		// or the leases it needs could go back to the pool.
+		p.setDemand(head != nil || p.dueCost(open) > 0 || p.ranges.heldRecords() > 0, spent, head)
 		if owed := p.owed.Swap(0); owed > 0 {
 			// What the sink charged beyond the estimates is charged now,
 			// on top of this slice (debt if the bucket cannot cover it).
@@ -451,25 +452,41 @@ func (p *Pipeline) settle(ctx context.Context) {
 	}
 }
 
-// setDemand announces the pipeline's demand; backlog: records are waiting
-// beyond this slice's budget.
-func (p *Pipeline) setDemand(backlog bool) {
+// setDemand announces the pipeline's demand and backlog; capped: records
+// are waiting beyond this slice's budget; sending: the units the slice
+// took and has yet to send; head: the record at the head of the line, nil
+// when none.
+func (p *Pipeline) setDemand(capped bool, sending int64, head *item) {
 	p.mu.Lock()
 	retrying := len(p.suspects)
 	for _, u := range p.retries {
 		retrying += len(u.items)
 	}
 	p.mu.Unlock()
-	retrying += int(p.ranges.heldRecords())
-	idle := retrying == 0 && len(p.fetched) == 0
-	p.p.Capacity.SetDemand(p.demand.estimate(time.Now(), backlog, idle))
-	if br, ok := p.p.Capacity.(ingest.BacklogReporter); ok {
-		units := -1.0
-		if p.demand.lag != nil {
-			if lag := p.demand.lag(); lag >= 0 {
-				units = float64(lag+int64(len(p.fetched)+retrying)) * p.c.Totals().UnitsPerRecord()
-			}
+	held := p.ranges.heldRecords()
+	retrying += int(held)
+	idle := retrying == 0 && len(p.fetched) == 0 && sending == 0 && head == nil
+	units, lagUnits := -1.0, -1.0 // waiting for the worker: its queue lag, fetched, retries; of which the lag
+	if p.demand.lag != nil {
+		if lag := p.demand.lag(); lag >= 0 {
+			per := p.c.Totals().UnitsPerRecord()
+			units, lagUnits = float64(lag+int64(len(p.fetched)+retrying))*per, float64(lag)*per
 		}
+	}
+	waiting := units
+	if head != nil && waiting >= 0 {
+		waiting += float64(head.rec.Cost)
+	}
+	if held > 0 {
+		waiting = -1 // records held for their key range's rate, not the pool's
+	}
+	now := time.Now()
+	var guard time.Duration
+	if g, ok := p.p.Pacer.(ingest.GuardReporter); ok {
+		guard = g.Guard()
+	}
+	p.p.Capacity.SetDemand(p.demand.estimate(now, capped, sending, waiting, lagUnits, p.p.Capacity.Rate(now), guard, idle))
+	if br, ok := p.p.Capacity.(ingest.BacklogReporter); ok {
 		br.SetBacklog(units)
 	}
 }

@@ -62,7 +62,7 @@ type Type struct {
 // worker can serve several record types, each from its own pool (bulk and
 // interactive traffic on one service, say). Field meanings, units and
 // defaults are those of the pool flags (--capacity, --unit, --partitions,
-// --lease-ttl, --reserved-partitions).
+// --lease-ttl, --reserved-partitions, --priority, --weight).
 type PoolSpec struct {
 	// Capacity is the pool's rate in Unit per second; required, > 0.
 	Capacity float64 `yaml:"capacity"`
@@ -76,6 +76,15 @@ type PoolSpec struct {
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// Reserved is the number of partitions a worker holds for its lifetime.
 	Reserved int `yaml:"reserved_partitions"`
+	// Priority is the priority class of the worker pods that serve the
+	// pool's types: "high", "normal" or "low" (lease.ParsePriority);
+	// empty: the command's default (worker: normal). A bulk load runs at
+	// its own --priority (default low) whatever the file says, so a
+	// backfill of a type stays below its live traffic.
+	Priority string `yaml:"priority"`
+	// Weight is the worker pods' weight inside their class, ≥ 1; 0: 1
+	// (lease.DefaultWeight). Like Priority, it is the pods'.
+	Weight int `yaml:"weight"`
 }
 
 // Pool returns the lease pool named name that p defines, with the lease
@@ -117,6 +126,14 @@ func Load(path string) (map[string]*Type, error) {
 		}
 		if err := p.Pool(name).Validate(); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
+		}
+		if p.Priority != "" {
+			if _, err := lease.ParsePriority(p.Priority); err != nil {
+				return nil, fmt.Errorf("%w: %s: pool %q: priority: %w", ErrInvalid, path, name, err)
+			}
+		}
+		if p.Weight < 0 {
+			return nil, fmt.Errorf("%w: %s: pool %q: weight must be a positive integer, got %d", ErrInvalid, path, name, p.Weight)
 		}
 	}
 	for name, t := range doc.Types {

@@ -90,6 +90,8 @@ func TestLoadTypesErrors(t *testing.T) {
 		{"pool with a bad unit", "pools:\n  p: {capacity: 5, unit: RU}\ntypes:\n  a: {topic: t}\n", `unknown unit "RU"`},
 		{"bad sink key", "types:\n  a:\n    topic: t\n    sink_key: {template: \"{id}\", strategy: zigzag}\n", `type "a": recordtype: sink key rule: unknown strategy "zigzag"`},
 		{"pool with a bad TTL", "pools:\n  p: {capacity: 5, lease_ttl: soon}\ntypes:\n  a: {topic: t}\n", "line 2"},
+		{"pool with an unknown class", "pools:\n  p: {capacity: 5, priority: urgent}\ntypes:\n  a: {topic: t}\n", `pool "p": priority: unknown priority class "urgent" (want high, normal or low)`},
+		{"pool with a negative weight", "pools:\n  p: {capacity: 5, weight: -1}\ntypes:\n  a: {topic: t}\n", `pool "p": weight must be a positive integer, got -1`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

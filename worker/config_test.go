@@ -34,6 +34,8 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"Guard", func(c *Config) { c.Guard = ingest.DefaultSlice }},
 		{"RequestTimeout, Grace, ReadyAfter, StallTimeout", func(c *Config) { c.StallTimeout = -time.Second }},
 		{"Reserved", func(c *Config) { c.Reserved = 5 }},
+		{"Priority", func(c *Config) { c.Priority = 3 }},
+		{"Weight", func(c *Config) { c.Weight = -2 }},
 		{"Pool.Capacity", func(c *Config) { c.Pool.Capacity = 0 }},
 		{"Pool.Partitions", func(c *Config) { c.Pool.Partitions = 0 }},
 	} {

@@ -66,6 +66,9 @@ type accept struct {
 	units int64
 }
 
+// bubblePoolSize is the Redis connections a world's client may open.
+const bubblePoolSize = 512
+
 // newWorld starts a world; call it inside a bubble. The sink emulator
 // admits at capacity units/s in its strict window mode unless cfg says
 // otherwise; requests take transit(n) to reach it and as long back for the
@@ -108,6 +111,11 @@ func newWorld(t *testing.T, cfg sinksim.Config) *world {
 		Dialer: func(context.Context, string, string) (net.Conn, error) { return w.mr.Dial() },
 		// No DNS lookup of the (unused) address inside the bubble.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		// More connections than the workers ever use at once (an acquire
+		// tries many partitions together): go-redis waits for a connection
+		// with a timer from a pool shared by the whole process, which a
+		// bubble must never take from another (a fatal error).
+		PoolSize: bubblePoolSize,
 	})
 	t.Cleanup(func() {
 		_ = w.redis.Close()
@@ -228,12 +236,15 @@ func (w *world) sink() *sink.HTTPSink {
 	return s
 }
 
-// start builds a worker with cfg (its Source, Redis, Sink and dead letters
-// filled in) and runs it until the returned stop is called.
+// start builds a worker with cfg (its Redis, Sink and dead letters filled
+// in, and its Source the world's queue unless cfg has one) and runs it,
+// with its attachments beside it, until the returned stop is called.
 func (w *world) start(id string, cfg worker.Config, attach ...func(*worker.Worker) ingest.Runner) (stop func() error) {
 	w.t.Helper()
 	cfg.WorkerID = id
-	cfg.Source = w.queue
+	if cfg.Source == nil {
+		cfg.Source = w.queue
+	}
 	cfg.Redis = []redis.UniversalClient{w.redis}
 	cfg.Sink = w.sink()
 	cfg.DeadLetters = w.queue
@@ -271,8 +282,10 @@ func (w *world) drain(limit time.Duration, stops ...func() error) {
 type memQueue struct {
 	mu      sync.Mutex
 	recs    []ingest.Record
+	added   []time.Time // when each record was added
 	next    int
 	done    map[int64]int
+	doneAt  map[int64]time.Time // when each record was first done
 	letters []ingest.DeadLetter
 	wake    chan struct{}
 }
@@ -288,10 +301,12 @@ func (q *memQueue) add(values ...string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.done == nil {
-		q.done = map[int64]int{}
+		q.done, q.doneAt = map[int64]int{}, map[int64]time.Time{}
 	}
+	now := time.Now()
 	for _, v := range values {
 		q.recs = append(q.recs, ingest.Record{Value: []byte(v), Pos: ingest.Position{Topic: "t", Offset: int64(len(q.recs))}})
+		q.added = append(q.added, now)
 	}
 	if q.wake != nil {
 		close(q.wake)
@@ -324,7 +339,29 @@ func (q *memQueue) Fetch(ctx context.Context) (ingest.Record, error) {
 func (q *memQueue) Done(r ingest.Record) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.done[r.Pos.Offset]++
+	if q.done[r.Pos.Offset]++; q.done[r.Pos.Offset] == 1 {
+		q.doneAt[r.Pos.Offset] = time.Now()
+	}
+}
+
+// latencies returns, for every record added in [from, to), how long after
+// it was added it was done, in the order added; a record not done yet
+// counts as waiting until now.
+func (q *memQueue) latencies(from, to time.Time) []time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []time.Duration
+	for i, at := range q.added {
+		if at.Before(from) || !at.Before(to) {
+			continue
+		}
+		done, ok := q.doneAt[int64(i)]
+		if !ok {
+			done = time.Now()
+		}
+		out = append(out, done.Sub(at))
+	}
+	return out
 }
 
 func (q *memQueue) Lag() int64 {

@@ -85,6 +85,14 @@ type Config struct {
 	// Reserved is how many partitions the worker holds for its lifetime.
 	// Default 0.
 	Reserved int
+	// Priority is the worker's class in the pool: the pool serves a
+	// higher class's demand first and lower classes share what is left
+	// (see lease.Priority). Default lease.PriorityNormal; `sluice
+	// bulk-load` runs its workers at lease.PriorityLow.
+	Priority lease.Priority
+	// Weight is the worker's weight inside its class (weighted max-min).
+	// Default lease.DefaultWeight (1); must be ≥ 1.
+	Weight int
 	// WorkerID names the worker in the pool. Defaults to
 	// "<hostname>-<pid>-<random hex>".
 	WorkerID string
@@ -170,6 +178,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Concurrency = cmp.Or(c.Concurrency, ingest.DefaultConcurrency)
 	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, ingest.DefaultMaxInFlightBytes)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, sink.DefaultMaxAttempts)
+	c.Weight = cmp.Or(c.Weight, lease.DefaultWeight)
 	c.Counters = cmp.Or(c.Counters, new(ingest.Counters))
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	invalid := func(field, format string, args ...any) error {
@@ -198,6 +207,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, invalid("RequestTimeout, Grace, ReadyAfter, StallTimeout", "must not be negative")
 	case c.MaxRetryAfter < time.Second:
 		return c, invalid("MaxRetryAfter", "must be ≥ 1s, got %s", c.MaxRetryAfter)
+	case !c.Priority.Valid():
+		return c, invalid("Priority", "unknown priority class %v (want high, normal or low)", c.Priority)
+	case c.Weight < 1:
+		return c, invalid("Weight", "must be a positive integer, got %d", c.Weight)
 	case c.Reserved < 0 || c.Reserved > c.Pool.Partitions:
 		return c, invalid("Reserved", "must be within 0..%d (the pool's partitions), got %d", c.Pool.Partitions, c.Reserved)
 	}
@@ -247,7 +260,7 @@ func New(cfg Config) (_ *Worker, err error) {
 	var pacer *pacing.Pacer // the lease manager asks it before giving capacity back
 	mgr, err := lease.New(lease.Config{
 		Pool: cfg.Pool, WorkerID: cfg.WorkerID, RequestTimeout: cfg.RequestTimeout, Slice: cfg.Slice,
-		Reserved: cfg.Reserved, Logger: log,
+		Reserved: cfg.Reserved, Priority: cfg.Priority, Weight: cfg.Weight, Logger: log,
 		Releasable: func(now time.Time, rate float64, grace time.Duration) bool { return pacer.Releasable(now, rate, grace) },
 	}, cfg.Redis...)
 	if err != nil {

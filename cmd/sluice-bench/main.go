@@ -43,7 +43,7 @@ func run() int {
 			&cli.BoolFlag{Name: "real", Usage: "use the real Kafka and Redis of --brokers and --redis-addr instead of embedded ones"},
 			&cli.StringFlag{Name: "brokers", Value: "127.0.0.1:19092", Usage: "Kafka `host:port[,...]` (with --real)", EnvVars: []string{"SLUICE_BENCH_BROKERS"}},
 			&cli.StringFlag{Name: "redis-addr", Value: "127.0.0.1:16379", Usage: "Redis `host:port` (with --real)", EnvVars: []string{"SLUICE_BENCH_REDIS_ADDR"}},
-			&cli.StringFlag{Name: "scenarios", Value: "1,2,3,4,5,6,7,8,9,10,11", Usage: "comma-separated scenario `numbers` to run"},
+			&cli.StringFlag{Name: "scenarios", Value: "1,2,3,4,5,6,7,8,9,10,11,12", Usage: "comma-separated scenario `numbers` to run"},
 			&cli.IntFlag{Name: "kafka-port", Value: 19092, Usage: "scenarios 5 and 9 without --real: the `port` of the Kafka broker they start with scripts/kafka.sh (or use, when one runs there)", EnvVars: []string{"SLUICE_BENCH_KAFKA_PORT"}},
 			&cli.IntFlag{Name: "redis-port", Value: 16379, Usage: "scenario 10 without --real: the `port` of the redis-server it starts with scripts/redis.sh (or uses, when one runs there)", EnvVars: []string{"SLUICE_BENCH_REDIS_PORT"}},
 			&cli.IntFlag{Name: "reps", Value: 3, Usage: "repetitions of every run shorter than 30 s (the tables show the median)"},
@@ -61,8 +61,8 @@ func run() int {
 			}
 			for _, s := range strings.Split(c.String("scenarios"), ",") {
 				n, err := strconv.Atoi(strings.TrimSpace(s))
-				if err != nil || n < 1 || n > 11 {
-					return cli.Exit(fmt.Sprintf("--scenarios: want numbers 1..11, got %q", s), 2)
+				if err != nil || n < 1 || n > 12 {
+					return cli.Exit(fmt.Sprintf("--scenarios: want numbers 1..12, got %q", s), 2)
 				}
 				cfg.Scenarios = append(cfg.Scenarios, n)
 			}

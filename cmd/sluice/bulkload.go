@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/recordtype"
 	"github.com/sluicehq/sluice/sink"
@@ -49,7 +50,7 @@ func bulkLoadCommand() *cli.Command {
 			"or no worker drained the topic, or a service failed (the load resumes on a rerun);\n" +
 			"2 bad usage, or a field the file does not have; 3 records were dead-lettered, or more\n" +
 			"than --max-dead-letters (the load stopped).",
-		Flags: slices.Concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), inputFlags(), []cli.Flag{
+		Flags: slices.Concat(connectionFlags(), poolFlags(lease.PriorityLow), pipelineFlags(), sinkFlags(), typeFlags(), inputFlags(), []cli.Flag{
 			intFlag("workers", 1, "in-process workers, each with its own consumer and lease manager (as separate pods); 0: only produce, and report what worker pods of the group drain"),
 			boolFlag("embedded", "run in-process Kafka, Redis and sink emulator for what no flag gives, a record type's sink included (nothing to install; for demos and inputs of a few hundred MiB at most)"),
 			intFlag("embedded-max-input", embeddedMaxInputMiB, "with --embedded, refuse inputs over this many `MiB` (compressed files count 4 times their size), since the in-process broker keeps every record in memory (about 10 times the CSV size); warn over a quarter of it; 0: no limit"),

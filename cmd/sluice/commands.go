@@ -44,7 +44,7 @@ func workerCommand() *cli.Command {
 			"what the sink acknowledged, releases its leases and exits 0.\n" +
 			"With --type A,B it serves several record types of --types, each from its own topic\n" +
 			"and consumer group into its own pool (the file's \"pools\" section), independently.",
-		Flags: slices.Concat(connectionFlags(), poolFlags(), pipelineFlags(), sinkFlags(), typeFlags(), logFlags(), []cli.Flag{
+		Flags: slices.Concat(connectionFlags(), poolFlags(lease.PriorityNormal), pipelineFlags(), sinkFlags(), typeFlags(), logFlags(), []cli.Flag{
 			stringFlag("worker-id", "", "this worker's ID in the pool (default host-pid-random)"),
 			topicPartitionsFlag(),
 			dryRunFlag(),

@@ -93,7 +93,9 @@ func logFlags() []cli.Flag {
 	)
 }
 
-func poolFlags() []cli.Flag {
+// poolFlags are the pool flags of a command whose workers run in priority
+// class priority unless --priority says otherwise.
+func poolFlags(priority lease.Priority) []cli.Flag {
 	return inCategory(catPool,
 		stringFlag("pool", "default", "capacity pool `name` (one per throttled resource)"),
 		stringFlag("capacity", "", "pool capacity (required): a number of `units/s`; sink (read it from the sink and follow its changes: a DynamoDB table's WCU, a REST API's RateLimit headers); or probe (find it: start at --capacity-floor, raise while the sink does not throttle, settle a margin below the onset)"),
@@ -108,6 +110,8 @@ func poolFlags() []cli.Flag {
 		intFlag("partitions", lease.DefaultPartitions, "capacity partitions the pool is split into; each is leased whole"),
 		durationFlag("lease-ttl", lease.DefaultTTL, "lease time-to-live; renewed at a third of it"),
 		intFlag("reserved-partitions", 0, "partitions this worker holds for its lifetime whatever its demand; the rest are shared on demand"),
+		stringFlag("priority", priority.String(), "priority `class` in the pool: high, normal or low; the pool meets a higher class's demand first and lower classes share what is left (worker: normal, bulk-load: low, so a backfill runs below live traffic)"),
+		intFlag("weight", lease.DefaultWeight, "weight inside the priority class: members of one class with backlogs split its share in proportion to their weights (a positive integer)"),
 		stringFlag("ramp", "", "ramp-up preset for new key ranges: gcs (1,000 units/s doubling every 20 min, Cloud Storage) or firestore (500 ×1.5 every 5 min); the --ramp-* flags override its fields"),
 		floatFlag("ramp-start", 0, "ramp-up: effective rate at the start, `units/s` (0: no ramp)"),
 		floatFlag("ramp-factor", 0, "ramp-up: the effective rate is multiplied by this every --ramp-period (> 1)"),

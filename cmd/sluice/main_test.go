@@ -128,6 +128,10 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "nope", path}, "--id-field: " + path + `: "nope" is not a column`},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "missing.csv"}, "missing.csv"},
 		{[]string{"worker", "--capacity", "10", "--sink", "ftp://x"}, "--sink"},
+		{[]string{"worker", "--capacity", "10", "--priority", "urgent"}, `--priority: unknown priority class "urgent"`},
+		{[]string{"worker", "--capacity", "10", "--weight", "0"}, "--weight: must be a positive integer, got 0"},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--priority", "top", path}, `--priority: unknown priority class "top"`},
+		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--weight", "-1", path}, "--weight: must be a positive integer, got -1"},
 		// The preflight: every field the settings read is in the file.
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "id", "--sink-key", "{tiem}/{id}", path}, `--sink-key: field "tiem" is not in the input`},
 		{[]string{"bulk-load", "--embedded", "--capacity", "10", "--id-field", "id", "--sink", "rest+http://127.0.0.1:1/quakes/{code}", path}, `--sink: field "code" is not in the input`},

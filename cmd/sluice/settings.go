@@ -90,6 +90,8 @@ var flagOf = map[string]string{
 	"MaxAttempts":      "--max-attempts",
 	"MaxRetryAfter":    "--max-retry-after",
 	"Reserved":         "--reserved-partitions",
+	"Priority":         "--priority",
+	"Weight":           "--weight",
 	"Pool.Name":        "--pool",
 	"Pool.Capacity":    "--capacity",
 	"Pool.Partitions":  "--partitions",
@@ -128,6 +130,14 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
+	priority, err := readPriority(c)
+	if err != nil {
+		return settings{}, err
+	}
+	weight := c.Int("weight")
+	if weight < 1 {
+		return settings{}, fmt.Errorf("--weight: must be a positive integer, got %d", weight)
+	}
 	capacity, source, err := readCapacity(c)
 	if err != nil {
 		return settings{}, err
@@ -152,6 +162,8 @@ func settingsFor(cc *cli.Context, t *recordtype.Type) (settings, error) {
 			Group:            c.String("group"),
 			Pool:             lease.Pool{Name: c.String("pool"), Capacity: capacity, Unit: unit, Partitions: c.Int("partitions"), TTL: c.Duration("lease-ttl"), Ramp: ramp, Source: source},
 			Reserved:         c.Int("reserved-partitions"),
+			Priority:         priority,
+			Weight:           weight,
 			Pricing:          pricing,
 			IDField:          c.String("id-field"),
 			Slice:            c.Duration("slice"),
@@ -268,6 +280,23 @@ func readCapacity(c flagValues) (float64, lease.Source, error) {
 	// or starts the probe at its floor.
 	capacity = max(src.Floor, src.Ceiling, 1)
 	return capacity, src, nil
+}
+
+// readPriority reads --priority; empty (an unset chart value, say) is the
+// command's default: low for bulk-load, normal otherwise.
+func readPriority(c flagValues) (lease.Priority, error) {
+	name := c.String("priority")
+	if name == "" {
+		if c.Command != nil && c.Command.Name == "bulk-load" {
+			return lease.PriorityLow, nil
+		}
+		return lease.PriorityNormal, nil
+	}
+	p, err := lease.ParsePriority(name)
+	if err != nil {
+		return p, fmt.Errorf("--priority: %w", err)
+	}
+	return p, nil
 }
 
 // readRamp reads --ramp and the --ramp-* flags; a preset's fields are

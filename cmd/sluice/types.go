@@ -90,6 +90,16 @@ func typedFlags(c *cli.Context, t *recordtype.Type) flagValues {
 		set("partitions", p.Partitions, p.Partitions > 0)
 		set("lease-ttl", p.LeaseTTL, p.LeaseTTL > 0)
 		set("reserved-partitions", p.Reserved, p.Reserved > 0)
+		// A pool's class and weight are its worker pods': a bulk load of
+		// the type runs at its own --priority (low unless given), below
+		// the live traffic the file describes.
+		pods := c.Command != nil && c.Command.Name == "worker"
+		if pods && p.Priority != "" && c.String("priority") == "" {
+			f.typed["priority"] = p.Priority // an empty --priority (an unset chart value) is not given
+		} else {
+			set("priority", p.Priority, pods && p.Priority != "")
+		}
+		set("weight", p.Weight, pods && p.Weight > 0)
 	}
 	return f
 }

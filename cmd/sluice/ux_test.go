@@ -153,7 +153,7 @@ func TestDefaultsThatDoNotSurprise(t *testing.T) {
 	require.Contains(t, stderr, "--sink: required")
 	code, _, stderr = runCLI(t, "worker", "--capacity", "10", "--topic", "t", "--sink", "127.0.0.1:45100")
 	require.Equal(t, exitUsage, code)
-	require.Contains(t, stderr, "a sink URL looks like http://host:8088")
+	require.Contains(t, stderr, "a sink URL looks like http://host:port")
 	code, _, stderr = runCLI(t, "bulk-load", "--capacity", "10", sample(t, 1))
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr, "--sink: required")
@@ -201,7 +201,7 @@ func TestConfigFileAndFlagsOverridingIt(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfg, []byte("capacity: lots\n"), 0o600))
 	code, _, stderr = runCLI(t, "bulk-load", "--config", cfg, sample(t, 1))
 	require.Equal(t, exitUsage, code)
-	require.Contains(t, stderr, "capacity: want a number, got lots")
+	require.Contains(t, stderr, `--capacity: want a number of units/s, sink (read it from the sink) or probe (find it), got "lots"`)
 }
 
 // The example config files parse, with every key a flag of their command.

@@ -410,6 +410,12 @@ KEDA's API. Without it the workers run worker.replicaCount replicas.
 {{- if gt (mul (int64 .Values.pool.reservedPartitions) $most) (int64 .Values.pool.partitions) }}
 {{- fail (printf "pool.reservedPartitions %d × %d workers exceeds pool.partitions %d" (int64 .Values.pool.reservedPartitions) $most (int64 .Values.pool.partitions)) }}
 {{- end }}
+{{- if not (has .Values.worker.priority (list "high" "normal" "low")) }}
+{{- fail (printf "worker.priority %q: want high, normal or low" .Values.worker.priority) }}
+{{- end }}
+{{- if lt (int64 .Values.worker.weight) 1 }}
+{{- fail (printf "worker.weight %v: want a positive integer" .Values.worker.weight) }}
+{{- end }}
 {{- if and (or .Values.worker.type .Values.api.enabled) (not .Values.types.content) }}
 {{- fail "worker.type and api.enabled need types.content, the record-types file" }}
 {{- end }}

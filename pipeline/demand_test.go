@@ -1,0 +1,90 @@
+package pipeline
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The demand a worker announces, slice by slice, for what its source
+// does: 280 units arrive every 200 ms slice (1,400/s) and are fetched at
+// once, or wait in the queue while it stalls and come in a burst after;
+// a backlog of unknown size; a load's last slices.
+func TestDemandFollowsArrivals(t *testing.T) {
+	t.Parallel()
+	const slice = 200 * time.Millisecond
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	type step struct {
+		fetched  int64   // units fetched in the slice
+		lag      float64 // units in the queue after it
+		waiting  float64 // units waiting beyond the slice's take (lag included), -1 unknown
+		capped   bool
+		sending  int64 // units the slice took
+		leased   float64
+		wantLow  float64
+		wantHigh float64
+	}
+	inf := math.Inf(1)
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"keeping up asks for the arrival rate", []step{
+			{280, 0, 0, false, 280, 1400, 700, 700}, // the first slice: half the rate it took at
+			{280, 0, 0, false, 280, 1400, 1400, 1400},
+			{280, 0, 200, false, 280, 1400, 1400, 1400}, // records on their way: no backlog
+			{294, 0, 0, false, 294, 1400, 1400, 1430},
+			{266, 0, 0, false, 266, 1400, 1390, 1410},
+		}},
+		{"a stall and its burst: the backlog asked for until drained, then the arrival rate at once", []step{
+			{280, 0, 0, false, 280, 1400, 700, 700},
+			{280, 0, 0, false, 280, 1400, 1400, 1400},
+			{0, 280, 280, false, 0, 1400, 1400, 1400}, // up to two slices' worth on their way: no backlog
+			{0, 560, 560, false, 0, 1400, 1400, 1400},
+			{0, 840, 840, false, 0, 1400, 2500, 2550},   // 1,400 + (840 − 560) / 250 ms
+			{1120, 0, 840, true, 280, 1400, 4150, 4250}, // the burst: 1,400 + (840 − 140) / 250 ms
+			{280, 0, 150, true, 280, 2000, 4150, 4250},  // draining: the most asked for stays
+			{280, 0, 0, false, 280, 2000, 4150, 4250},   // drained: one slice more, while it sends the last
+			{280, 0, 0, false, 280, 2000, 1400, 1400},   // then the arrival rate, not the drain's sends
+		}},
+		{"capped with no rate asks for everything", []step{
+			{1, 0, 28, true, 0, 0, inf, inf},
+		}},
+		{"a backlog of unknown size asks for everything", []step{
+			{100, -1, -1, true, 100, 500, inf, inf},
+		}},
+		{"a load's last slices: the backlog's rate while its last records go, then half the rate of what it sends, never more than held", []step{
+			{0, 1000, 1000, true, 0, 1000, 4000, 4000},
+			{1000, 0, 0, false, 200, 1000, 4000, 4000}, // the backlog's last take: what it asked for
+			{0, 0, 0, false, 100, 1000, 250, 250},      // then half the rate of what it sends
+			{0, 0, 0, false, 900, 1000, 1000, 1000},    // never more than held
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := &demand{slice: slice, lag: func() int64 { return 0 }}
+			now := t0
+			for i, s := range tc.steps {
+				now = now.Add(slice)
+				d.fetched.Add(s.fetched)
+				got := d.estimate(now, s.capped, s.sending, s.waiting, s.lag, s.leased, 0, false)
+				require.GreaterOrEqual(t, got, s.wantLow, "step %d: %v", i, got)
+				require.LessOrEqual(t, got, s.wantHigh, "step %d: %v", i, got)
+			}
+		})
+	}
+}
+
+// A source run dry asks for nothing; a bulk load that leases ahead asks
+// for everything until its first record.
+func TestDemandDryAndLeaseAhead(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := &demand{slice: 200 * time.Millisecond, leaseAhead: true}
+	require.True(t, math.IsInf(d.estimate(now, false, 0, 0, 0, 0, 0, true), 1), "leasing ahead")
+	d.started.Store(true)
+	d.fetchingSince.Store(now.Add(-dryAfter).UnixNano())
+	require.Zero(t, d.estimate(now, false, 0, 0, 0, 1000, 0, true), "dry for dryAfter")
+}

@@ -1,0 +1,192 @@
+package worker_test
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/sinksim"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// Live traffic and a backfill on one sink, as whole workers: a live worker
+// in the high class drains a queue fed at a steady rate (like upstream
+// producers), a bulk worker in the low class drains a deep backlog, both
+// leasing from one pool of 2,000 records/s in 200 partitions of 10.
+
+const (
+	classCapacity   = 2000
+	classPartitions = 200
+)
+
+// feeder appends records to a queue at rate records/s, every 10 ms, until
+// stopped; the rate may change while it runs.
+type feeder struct {
+	q     *memQueue
+	rate  atomic.Int64
+	added atomic.Int64
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func feed(q *memQueue, rate int64) *feeder {
+	f := &feeder{q: q, stop: make(chan struct{}), done: make(chan struct{})}
+	f.rate.Store(rate)
+	go func() {
+		defer close(f.done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		var owed float64
+		for step := 0; ; step++ {
+			select {
+			case <-f.stop:
+				return
+			case <-tick.C:
+			}
+			owed += float64(f.rate.Load()) / 100
+			n := int(owed)
+			owed -= float64(n)
+			if n > 0 {
+				q.add(records(fmt.Sprintf("live%d", step), n, nil)...)
+				f.added.Add(int64(n))
+			}
+		}
+	}()
+	return f
+}
+
+func (f *feeder) halt() {
+	close(f.stop)
+	<-f.done
+}
+
+// delivered returns the records the worker's pipeline delivered so far.
+func delivered(wk *worker.Worker) int64 { return wk.Counters().Totals().Delivered }
+
+// served returns the share of the latencies within limit, and their 99th
+// percentile.
+func served(latencies []time.Duration, limit time.Duration) (share float64, p99 time.Duration) {
+	if len(latencies) == 0 {
+		return 0, 0
+	}
+	sorted := slices.Clone(latencies)
+	slices.Sort(sorted)
+	n, _ := slices.BinarySearch(sorted, limit+1)
+	return float64(n) / float64(len(sorted)), sorted[int(0.99*float64(len(sorted)-1))]
+}
+
+// A live worker at 70 % of the pool and a backfill with a backlog: over
+// 15 s of steady state the live worker delivers ≥ 0.99 of what arrives
+// within a second of its arrival, the backfill gets ≥ 0.95 of the
+// remaining 30 %, and no sliding second at the sink holds more than the
+// pool.
+func TestLiveTrafficFirstBesideABackfill(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, sinksim.Config{Capacity: classCapacity})
+		pool := w.pool(lease.Pool{Name: "shared", Capacity: classCapacity, Partitions: classPartitions})
+		liveQ, bulkQ := &memQueue{}, &memQueue{}
+		bulkQ.add(records("bulk", 40_000, nil)...)
+		bulk := w.start("bulk", worker.Config{Pool: pool, IDField: "id", Source: bulkQ, Priority: lease.PriorityLow})
+		live := w.start("live", worker.Config{Pool: pool, IDField: "id", Source: liveQ, Priority: lease.PriorityHigh})
+		bulkW := w.workers[0]
+		const liveRate = classCapacity * 7 / 10
+		f := feed(liveQ, liveRate)
+
+		time.Sleep(5 * time.Second) // settle
+		from, bulkFrom := time.Now(), delivered(bulkW)
+		time.Sleep(15 * time.Second)
+		to, bulkTo := time.Now(), delivered(bulkW)
+		time.Sleep(time.Second) // the window's last arrivals get their second
+		f.halt()
+		require.NoError(t, live())
+		require.NoError(t, bulk())
+
+		share, p99 := served(liveQ.latencies(from, to), time.Second)
+		span := to.Sub(from).Seconds()
+		bulkShare := float64(bulkTo-bulkFrom) / span / (classCapacity - liveRate)
+		most := w.busiest(time.Second, 0)
+		t.Logf("over %.0f s: live records delivered within 1 s of arrival %.4f (p99 %v); backfill %.0f records/s = %.4f of the remaining %d; busiest second %d of %d",
+			span, share, p99.Round(time.Millisecond), float64(bulkTo-bulkFrom)/span, bulkShare, classCapacity-liveRate, most, classCapacity)
+		t.Log("units per second:", w.series(time.Second))
+		require.GreaterOrEqual(t, share, 0.99, "the high class is served first")
+		require.GreaterOrEqual(t, bulkShare, 0.95, "the low class gets what the high one leaves")
+		require.LessOrEqual(t, most, int64(classCapacity), "the sink's sliding second")
+		require.Empty(t, liveQ.reasons())
+	})
+}
+
+// Live demand steps from 30 % to 90 % of the pool while a backfill drains
+// a backlog: the backfill's leased rate is down to its new share (the
+// remaining 10 %) within 1 s of the step, the live worker delivers what
+// arrives after it settles within a second of arrival, and no sliding
+// second at the sink holds more than the pool, the hand-over included.
+// When live demand falls back to 30 %, the backfill leases 65 % of the
+// pool again (all but the live share, rounded to partitions, and the
+// pacer's allowance) within 1 s.
+func TestBackfillYieldsToALiveStep(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, sinksim.Config{Capacity: classCapacity})
+		pool := w.pool(lease.Pool{Name: "step", Capacity: classCapacity, Partitions: classPartitions})
+		liveQ, bulkQ := &memQueue{}, &memQueue{}
+		bulkQ.add(records("bulk", 40_000, nil)...)
+		bulk := w.start("bulk", worker.Config{Pool: pool, IDField: "id", Source: bulkQ, Priority: lease.PriorityLow})
+		live := w.start("live", worker.Config{Pool: pool, IDField: "id", Source: liveQ, Priority: lease.PriorityHigh})
+		bulkW := w.workers[0]
+		f := feed(liveQ, classCapacity*3/10)
+
+		time.Sleep(6 * time.Second)
+		before := bulkW.Rate(time.Now())
+		f.rate.Store(classCapacity * 9 / 10)
+		step := time.Now()
+		var down time.Duration
+		for down == 0 {
+			if bulkW.Rate(time.Now()) <= classCapacity/10 {
+				down = time.Since(step)
+			}
+			require.Less(t, time.Since(step), 5*time.Second, "the backfill did not yield")
+			time.Sleep(time.Millisecond)
+		}
+		stepAt := step.Sub(w.began)
+		time.Sleep(4 * time.Second)
+		from := time.Now()
+		time.Sleep(6 * time.Second)
+		to := time.Now()
+		time.Sleep(time.Second)
+		// Live traffic falls back to 30 %: the backfill has its share again.
+		f.rate.Store(classCapacity * 3 / 10)
+		fall := time.Now()
+		var back time.Duration
+		for back == 0 {
+			if bulkW.Rate(time.Now()) >= classCapacity*65/100 {
+				back = time.Since(fall)
+			}
+			require.Less(t, time.Since(fall), 5*time.Second, "the backfill did not get its share back")
+			time.Sleep(time.Millisecond)
+		}
+		f.halt()
+		require.NoError(t, live())
+		require.NoError(t, bulk())
+
+		_, stepP99 := served(liveQ.latencies(step, step.Add(2*time.Second)), time.Second)
+		share, p99 := served(liveQ.latencies(from, to), time.Second)
+		most := w.busiest(time.Second, 0)
+		around := w.busiestBetween(time.Second, stepAt-2*time.Second, stepAt+3*time.Second)
+		t.Logf("backfill leased %.0f records/s before the step, down to ≤ %d %v after it; live p99 latency %v in the 2 s after the step; "+
+			"after it settled, live records delivered within 1 s %.4f (p99 %v); busiest second %d overall, %d around the step; "+
+			"back to ≥ %d records/s %v after live traffic fell to 30 %%",
+			before, classCapacity/10, down, stepP99.Round(time.Millisecond), share, p99.Round(time.Millisecond), most, around, classCapacity*65/100, back)
+		t.Log("units per 200 ms:", w.series(200*time.Millisecond))
+		require.LessOrEqual(t, down, time.Second, "the low class is down to its new share within 1 s")
+		require.LessOrEqual(t, back, time.Second, "and has the capacity back within 1 s of a fall")
+		require.GreaterOrEqual(t, share, 0.99, "the high class is served")
+		require.LessOrEqual(t, most, int64(classCapacity), "the sink's sliding second, the hand-over included")
+	})
+}
