@@ -71,6 +71,11 @@ type Manager struct {
 	peers        map[string]announcement // the members as last read; nil until read
 	lastAnn      announcement            // the announcement last published
 	annAt        time.Time               // when it was published; zero: never
+	annEvery     time.Duration           // the keep-alive period it was published with
+	stored       []string                // per client, the encoded announcement it stores; "" unknown
+	writtenAt    time.Time               // when an announcement was last written whole
+	sweptAt      time.Time               // when expired members were last removed
+	keysAt       time.Time               // when the membership keys' TTLs were last refreshed
 	seenMembers  []int64                 // per client, the members version peers were read at; -1 unknown
 	seenDef      []int64                 // per client, the definition version last read; -1 unknown
 	reportedDef  []int64                 // per client, the definition version its last answer reported
@@ -152,6 +157,7 @@ func New(cfg Config, clients ...redis.UniversalClient) (*Manager, error) {
 		sched:       schedule{pool: cfg.Pool},
 		backlog:     -1,
 		seenMembers: unknownVersions(len(clients)),
+		stored:      make([]string, len(clients)),
 		seenDef:     unknownVersions(len(clients)),
 		reportedDef: unknownVersions(len(clients)),
 	}, nil
@@ -393,7 +399,7 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	m.ledger.prune(now.Add(-HistoryKeep))
 	m.mu.Unlock()
 
-	keepAlive := !m.annAt.IsZero() && !now.Before(m.annAt.Add(m.cfg.KeepAlive))
+	keepAlive := !m.annAt.IsZero() && !now.Before(m.annAt.Add(m.annEvery))
 	if me.Want > 0 && m.lastAnn.Want > 0 && me.Want != m.lastAnn.Want && abs(me.Want-m.lastAnn.Want) < changeAtOnce(m.lastAnn.Want) &&
 		!m.annAt.IsZero() && !keepAlive {
 		// A small change of the want waits for the keep-alive (one from
@@ -507,7 +513,7 @@ func (m *Manager) nextWait(share int) time.Duration {
 		wait = min(wait, c.until.Sub(now))
 	}
 	if !m.annAt.IsZero() {
-		wait = min(wait, m.annAt.Add(m.cfg.KeepAlive).Sub(now))
+		wait = min(wait, m.annAt.Add(m.annEvery).Sub(now))
 	}
 	if !m.nextRead.IsZero() {
 		wait = min(wait, m.nextRead.Sub(now))

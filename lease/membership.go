@@ -28,22 +28,28 @@ import (
 // and announcements are single script calls whatever the number of
 // members, and the keys are declared, so no SCAN is needed.
 
-// announceScript writes ARGV[2] as the announcement of worker ARGV[1],
-// live for ARGV[3] ms from ARGV[7] (the worker's clock, Unix ms), and
-// removes the members whose instant passed. When ARGV[4] is "1" (the fair-share fields
-// changed), the member is new and ARGV[8] is "1" (it wants partitions), or
-// some were removed, it increments
-// KEYS[3] and publishes "m <worker>" on ARGV[5]. The keys expire after
-// ARGV[6] ms unused. A PUBLISH the ACL refuses (a user without channel
-// rights) is ignored: peers then learn of changes from the versions. It
-// returns {members version, definition version
-// (KEYS[4], 0 if unset), members removed}.
+// announceScript makes worker ARGV[1] live for ARGV[3] ms from ARGV[7]
+// (the worker's clock, Unix ms), writes ARGV[2] as its announcement when
+// ARGV[9] is "1" or the member is new (a keep-alive of an unchanged
+// announcement rewrites nothing), and, when ARGV[11] is "1", removes the
+// members whose instant passed. When ARGV[4] is "1" (the fair-share fields changed), the member
+// is new and ARGV[8] is "1" (it wants partitions), or some were removed,
+// it increments KEYS[3] and publishes "m <worker>" on ARGV[5]. When
+// ARGV[10] is "1" the keys are set to expire after ARGV[6] ms (the worker
+// refreshes that now and then, not at every keep-alive). A PUBLISH the ACL
+// refuses (a user without channel rights) is ignored: peers then learn of
+// changes from the versions. It returns {members version, definition
+// version (KEYS[4], 0 if unset), members removed}. A keep-alive costs the
+// server three commands (the script's call, ZADD, and MGET of the
+// versions), and ZRANGEBYSCORE and HSET when it sweeps and writes.
 var announceScript = redis.NewScript(`
 local now = tonumber(ARGV[7])
 local changed = ARGV[4] == '1'
-if redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1]) == 1 and ARGV[8] == '1' then changed = true end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+local new = redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1]) == 1
+if new and ARGV[8] == '1' then changed = true end
+if new or ARGV[9] == '1' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
+local dead = {}
+if ARGV[11] == '1' then dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now) end
 for _, w in ipairs(dead) do
   redis.call('ZREM', KEYS[1], w)
   redis.call('HDEL', KEYS[2], w)
@@ -52,13 +58,14 @@ local v
 if changed or #dead > 0 then
   v = redis.call('INCR', KEYS[3])
   redis.pcall('PUBLISH', ARGV[5], 'm ' .. ARGV[1])
-else
-  v = tonumber(redis.call('GET', KEYS[3]) or '0')
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[6])
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
-redis.call('PEXPIRE', KEYS[3], ARGV[6])
-return {v, tonumber(redis.call('GET', KEYS[4]) or '0'), #dead}
+local vs = redis.call('MGET', KEYS[3], KEYS[4])
+if ARGV[10] == '1' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
+end
+return {v or tonumber(vs[1] or '0'), tonumber(vs[2] or '0'), #dead}
 `)
 
 // withdrawScript removes worker ARGV[1] and, when ARGV[3] is "1" (it
@@ -97,8 +104,19 @@ return out
 `)
 
 // membersKeyTTL keeps an abandoned pool's membership keys from living
-// forever.
-const membersKeyTTL = 24 * time.Hour
+// forever; a worker refreshes it at its first announcement and every
+// membersKeyRefresh after.
+const (
+	membersKeyTTL     = 24 * time.Hour
+	membersKeyRefresh = time.Hour
+)
+
+// A worker that wants nothing and holds nothing (idle) changes no peer's
+// share by coming or going, so it keeps its announcement alive
+// idleKeepAliveFactor times less often, live for as many times its
+// MemberTTL: an idle fleet costs Redis about one command per second per
+// worker. It announces at once when it wants partitions again.
+const idleKeepAliveFactor = 3
 
 // announcement is what a worker publishes about itself.
 type announcement struct {
@@ -174,12 +192,18 @@ type versions struct {
 	removed      int64
 }
 
-// announce publishes worker's announcement for ttl; changed says its
-// fair-share fields differ from the last one published.
-func announce(ctx context.Context, c redis.UniversalClient, k keys, worker string, a announcement, ttl time.Duration, changed bool) (versions, error) {
+// announceWrite says what an announcement call does beside keeping the
+// member live: its fair-share fields changed (changed), the encoded
+// announcement is to be written (write), expired members are to be
+// removed (sweep), and the keys' TTLs are due a refresh (refresh).
+type announceWrite struct{ changed, write, sweep, refresh bool }
+
+// announce publishes worker's announcement a, encoded as enc, live for
+// ttl.
+func announce(ctx context.Context, c redis.UniversalClient, k keys, worker string, a announcement, enc string, ttl time.Duration, w announceWrite) (versions, error) {
 	res, err := announceScript.Run(ctx, c, []string{k.live(), k.announcements(), k.membersVersion(), k.defVersion()},
-		worker, a.encode(), ttl.Milliseconds(), boolArg(changed), k.changes(), membersKeyTTL.Milliseconds(), time.Now().UnixMilli(),
-		boolArg(a.wants())).Int64Slice()
+		worker, enc, ttl.Milliseconds(), boolArg(w.changed), k.changes(), membersKeyTTL.Milliseconds(), time.Now().UnixMilli(),
+		boolArg(a.wants()), boolArg(w.write), boolArg(w.refresh), boolArg(w.sweep)).Int64Slice()
 	if err != nil {
 		return versions{}, err
 	}
@@ -222,15 +246,34 @@ func readMembers(ctx context.Context, c redis.UniversalClient, k keys) (map[stri
 
 // announce publishes the worker's announcement to every Redis and notes
 // from the answers whether the members or the definition changed unseen.
+// An idle worker (see idleKeepAliveFactor) announces less often.
 func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 	start := time.Now()
+	every, ttl := m.cfg.KeepAlive, m.cfg.MemberTTL
+	if !a.wants() && len(m.Held()) == 0 {
+		every, ttl = idleKeepAliveFactor*every, idleKeepAliveFactor*ttl
+	}
+	enc := a.encode()
+	// What only Status shows (demand, backlog) is written at most every
+	// MemberTTL; a change of the share at once. Each worker removes the
+	// expired members at most every MemberTTL too: with N workers, a
+	// vanished one is removed within about MemberTTL/N of its expiry.
+	display := changed || !start.Before(m.writtenAt.Add(m.cfg.MemberTTL))
+	sweep := !start.Before(m.sweptAt.Add(m.cfg.MemberTTL))
+	refresh := m.keysAt.IsZero() || !start.Before(m.keysAt.Add(membersKeyRefresh))
 	got := make([]*versions, len(m.clients))
 	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
-		v, err := announce(ctx, c, m.keys, m.cfg.WorkerID, a, m.cfg.MemberTTL, changed)
-		if err == nil {
-			got[i] = &v
+		w := announceWrite{changed: changed, write: m.stored[i] != enc && display, sweep: sweep, refresh: refresh}
+		v, err := announce(ctx, c, m.keys, m.cfg.WorkerID, a, enc, ttl, w)
+		if err != nil {
+			m.stored[i] = "" // unknown: written again next time
+			return err
 		}
-		return err
+		got[i] = &v
+		if w.write {
+			m.stored[i] = enc
+		}
+		return nil
 	}, "lease_announce", "demand announcement failed")
 	if ctx.Err() == nil {
 		m.redisHealth.observe(n >= len(m.clients)/2+1, time.Now())
@@ -238,7 +281,16 @@ func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 	if n == 0 {
 		return // again at the next tick
 	}
-	m.lastAnn, m.annAt = a, start
+	m.lastAnn, m.annAt, m.annEvery = a, start, every
+	if display {
+		m.writtenAt = start
+	}
+	if sweep {
+		m.sweptAt = start
+	}
+	if refresh {
+		m.keysAt = start
+	}
 	confirmed := false
 	for i, v := range got {
 		if v == nil {

@@ -24,6 +24,13 @@ import (
 // bubbleRedis returns a client of a miniredis that lives in the bubble.
 func bubbleRedis(t *testing.T) redis.UniversalClient {
 	t.Helper()
+	_, c := bubbleMiniredis(t)
+	return c
+}
+
+// bubbleMiniredis is bubbleRedis with its server, to count commands.
+func bubbleMiniredis(t *testing.T) (*miniredis.Miniredis, redis.UniversalClient) {
+	t.Helper()
 	mr := miniredis.NewMiniRedis()
 	mr.ClockTTL(true)
 	c := redis.NewClient(&redis.Options{
@@ -38,7 +45,7 @@ func bubbleRedis(t *testing.T) redis.UniversalClient {
 		_ = c.Close()
 		mr.Close()
 	})
-	return c
+	return mr, c
 }
 
 // startIn runs a manager with cfg (default timing) in the bubble; it stops
