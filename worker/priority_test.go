@@ -89,13 +89,7 @@ func served(latencies []time.Duration, limit time.Duration) (share float64, p99 
 func TestLiveTrafficFirstBesideABackfill(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		w := newWorld(t, sinksim.Config{Capacity: classCapacity})
-		pool := w.pool(lease.Pool{Name: "shared", Capacity: classCapacity, Partitions: classPartitions})
-		liveQ, bulkQ := &memQueue{}, &memQueue{}
-		bulkQ.add(records("bulk", 40_000, nil)...)
-		bulk := w.start("bulk", worker.Config{Pool: pool, IDField: "id", Source: bulkQ, Priority: lease.PriorityLow})
-		live := w.start("live", worker.Config{Pool: pool, IDField: "id", Source: liveQ, Priority: lease.PriorityHigh})
-		bulkW := w.workers[0]
+		w, liveQ, bulkW, live, bulk := liveBesideBackfill(t, "shared")
 		const liveRate = classCapacity * 7 / 10
 		f := feed(liveQ, liveRate)
 
@@ -133,13 +127,7 @@ func TestLiveTrafficFirstBesideABackfill(t *testing.T) {
 func TestBackfillYieldsToALiveStep(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		w := newWorld(t, sinksim.Config{Capacity: classCapacity})
-		pool := w.pool(lease.Pool{Name: "step", Capacity: classCapacity, Partitions: classPartitions})
-		liveQ, bulkQ := &memQueue{}, &memQueue{}
-		bulkQ.add(records("bulk", 40_000, nil)...)
-		bulk := w.start("bulk", worker.Config{Pool: pool, IDField: "id", Source: bulkQ, Priority: lease.PriorityLow})
-		live := w.start("live", worker.Config{Pool: pool, IDField: "id", Source: liveQ, Priority: lease.PriorityHigh})
-		bulkW := w.workers[0]
+		w, liveQ, bulkW, live, bulk := liveBesideBackfill(t, "step")
 		f := feed(liveQ, classCapacity*3/10)
 
 		time.Sleep(6 * time.Second)
@@ -189,4 +177,19 @@ func TestBackfillYieldsToALiveStep(t *testing.T) {
 		require.GreaterOrEqual(t, share, 0.99, "the high class is served")
 		require.LessOrEqual(t, most, int64(classCapacity), "the sink's sliding second, the hand-over included")
 	})
+}
+
+// liveBesideBackfill starts, in a new world, a low-class worker with a
+// backlog of 40,000 records (bulkW, stopped by bulk) and a high-class
+// worker draining liveQ (stopped by live), on one pool of classCapacity
+// named name.
+func liveBesideBackfill(t *testing.T, name string) (w *world, liveQ *memQueue, bulkW *worker.Worker, live, bulk func() error) {
+	t.Helper()
+	w = newWorld(t, sinksim.Config{Capacity: classCapacity})
+	pool := w.pool(lease.Pool{Name: name, Capacity: classCapacity, Partitions: classPartitions})
+	liveQ, bulkQ := &memQueue{}, &memQueue{}
+	bulkQ.add(records("bulk", 40_000, nil)...)
+	bulk = w.start("bulk", worker.Config{Pool: pool, IDField: "id", Source: bulkQ, Priority: lease.PriorityLow})
+	live = w.start("live", worker.Config{Pool: pool, IDField: "id", Source: liveQ, Priority: lease.PriorityHigh})
+	return w, liveQ, w.workers[0], live, bulk
 }
