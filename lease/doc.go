@@ -213,9 +213,10 @@
 // min(MemberTTL, RenewEvery)/3, 1.7 s with the default 15 s TTL), or three
 // times less often while it wants and holds nothing (an idle member
 // changes no share by coming or going); each is one script call, which
-// rewrites the announcement only when it changed and the keys' 24-hour
-// TTLs once an hour, so that an unchanged keep-alive costs the server five
-// commands (the call, ZADD, ZRANGEBYSCORE, MGET). A change is published on the pool's channel; peers
+// rewrites the announcement when its share changed and otherwise once per
+// MemberTTL, and the keys' 24-hour TTLs once an hour, so that most
+// keep-alives cost the server four commands (the call, ZADD,
+// ZRANGEBYSCORE, MGET). A change is published on the pool's channel; peers
 // subscribed to it read the members (one script call, whatever their
 // number) only then, and at least every 30 s as a safety net. Each
 // keep-alive answers with the members' and the definition's change
@@ -227,8 +228,8 @@
 // leases cost one extend call per Redis per RenewEvery, however many it
 // holds; the server executes two commands per lease inside it (GET,
 // PEXPIRE). As the server counts them, scripts' inner calls included,
-// an idle worker costs about 1 command/s with the defaults, and three
-// workers draining a pool of 2,000 records/s on 20 partitions about 8
+// an idle worker costs about 1.2 commands/s with the defaults, and three
+// workers draining a pool of 2,000 records/s on 20 partitions about 9
 // commands per 1,000 records (TestBudgetRedisCommands holds both).
 //
 // # Redis keys

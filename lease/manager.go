@@ -74,7 +74,6 @@ type Manager struct {
 	annEvery     time.Duration           // the keep-alive period it was published with
 	stored       []string                // per client, the encoded announcement it stores; "" unknown
 	writtenAt    time.Time               // when an announcement was last written whole
-	sweptAt      time.Time               // when expired members were last removed
 	keysAt       time.Time               // when the membership keys' TTLs were last refreshed
 	seenMembers  []int64                 // per client, the members version peers were read at; -1 unknown
 	seenDef      []int64                 // per client, the definition version last read; -1 unknown
@@ -501,10 +500,11 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 }
 
 // outranksAPeer reports whether a member of the pool, as last read, is in
-// a lower class than this worker's (Run loop only).
+// a lower class than this worker's and wants partitions it could yield
+// (Run loop only).
 func (m *Manager) outranksAPeer() bool {
 	for w, a := range m.peers {
-		if w != m.cfg.WorkerID && a.Priority < m.cfg.Priority {
+		if w != m.cfg.WorkerID && a.Priority < m.cfg.Priority && a.Want > a.Reserved {
 			return true
 		}
 	}

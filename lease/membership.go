@@ -30,26 +30,37 @@ import (
 
 // announceScript makes worker ARGV[1] live for ARGV[3] ms from ARGV[7]
 // (the worker's clock, Unix ms), writes ARGV[2] as its announcement when
-// ARGV[9] is "1" or the member is new (a keep-alive of an unchanged
-// announcement rewrites nothing), and, when ARGV[11] is "1", removes the
-// members whose instant passed. When ARGV[4] is "1" (the fair-share fields changed), the member
+// ARGV[9] is "1" or the member is new, and removes the members whose
+// instant passed. A rewrite that finds other fair-share fields stored
+// than it writes (Redis lost or rolled back a write) counts as a change. When ARGV[4] is "1" (the fair-share fields changed), the member
 // is new and ARGV[8] is "1" (it wants partitions), or some were removed,
 // it increments KEYS[3] and publishes "m <worker>" on ARGV[5]. When
-// ARGV[10] is "1" the keys are set to expire after ARGV[6] ms (the worker
+// ARGV[10] is "1" or the member is new (the keys may just have been
+// created), the keys are set to expire after ARGV[6] ms (the worker
 // refreshes that now and then, not at every keep-alive). A PUBLISH the ACL
 // refuses (a user without channel rights) is ignored: peers then learn of
 // changes from the versions. It returns {members version, definition
 // version (KEYS[4], 0 if unset), members removed}. A keep-alive costs the
-// server three commands (the script's call, ZADD, and MGET of the
-// versions), and ZRANGEBYSCORE and HSET when it sweeps and writes.
+// server four commands (the script's call, ZADD, ZRANGEBYSCORE, and MGET
+// of the versions), and HGET and HSET when it writes.
 var announceScript = redis.NewScript(`
+local function share(v)
+  local f = {}
+  for x in string.gmatch(v, '%S+') do f[#f + 1] = x end
+  return table.concat({f[1] or '', f[3] or '', f[5] or '', f[6] or '', f[7] or '', f[8] or ''}, ' ')
+end
 local now = tonumber(ARGV[7])
 local changed = ARGV[4] == '1'
 local new = redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1]) == 1
 if new and ARGV[8] == '1' then changed = true end
-if new or ARGV[9] == '1' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
-local dead = {}
-if ARGV[11] == '1' then dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now) end
+if new or ARGV[9] == '1' then
+  if not new and not changed then
+    local old = redis.call('HGET', KEYS[2], ARGV[1])
+    if not old or share(old) ~= share(ARGV[2]) then changed = true end
+  end
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+end
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 for _, w in ipairs(dead) do
   redis.call('ZREM', KEYS[1], w)
   redis.call('HDEL', KEYS[2], w)
@@ -60,7 +71,7 @@ if changed or #dead > 0 then
   redis.pcall('PUBLISH', ARGV[5], 'm ' .. ARGV[1])
 end
 local vs = redis.call('MGET', KEYS[3], KEYS[4])
-if ARGV[10] == '1' then
+if new or ARGV[10] == '1' then
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
@@ -193,17 +204,17 @@ type versions struct {
 }
 
 // announceWrite says what an announcement call does beside keeping the
-// member live: its fair-share fields changed (changed), the encoded
-// announcement is to be written (write), expired members are to be
-// removed (sweep), and the keys' TTLs are due a refresh (refresh).
-type announceWrite struct{ changed, write, sweep, refresh bool }
+// member live and removing expired ones: its fair-share fields changed
+// (changed), the encoded announcement is to be written (write), and the
+// keys' TTLs are due a refresh (refresh).
+type announceWrite struct{ changed, write, refresh bool }
 
 // announce publishes worker's announcement a, encoded as enc, live for
 // ttl.
 func announce(ctx context.Context, c redis.UniversalClient, k keys, worker string, a announcement, enc string, ttl time.Duration, w announceWrite) (versions, error) {
 	res, err := announceScript.Run(ctx, c, []string{k.live(), k.announcements(), k.membersVersion(), k.defVersion()},
 		worker, enc, ttl.Milliseconds(), boolArg(w.changed), k.changes(), membersKeyTTL.Milliseconds(), time.Now().UnixMilli(),
-		boolArg(a.wants()), boolArg(w.write), boolArg(w.refresh), boolArg(w.sweep)).Int64Slice()
+		boolArg(a.wants()), boolArg(w.write), boolArg(w.refresh)).Int64Slice()
 	if err != nil {
 		return versions{}, err
 	}
@@ -254,16 +265,18 @@ func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 		every, ttl = idleKeepAliveFactor*every, idleKeepAliveFactor*ttl
 	}
 	enc := a.encode()
-	// What only Status shows (demand, backlog) is written at most every
-	// MemberTTL; a change of the share at once. Each worker removes the
-	// expired members at most every MemberTTL too: with N workers, a
-	// vanished one is removed within about MemberTTL/N of its expiry.
-	display := changed || !start.Before(m.writtenAt.Add(m.cfg.MemberTTL))
-	sweep := !start.Before(m.sweptAt.Add(m.cfg.MemberTTL))
+	// The announcement is written when its share changed, and whole once
+	// per MemberTTL whatever this worker believes a Redis stores (a
+	// failover or a restart may have lost a write); a Redis whose last
+	// call failed gets it written and announced as a change.
+	periodic := !start.Before(m.writtenAt.Add(m.cfg.MemberTTL))
 	refresh := m.keysAt.IsZero() || !start.Before(m.keysAt.Add(membersKeyRefresh))
 	got := make([]*versions, len(m.clients))
+	calls := make([]announceWrite, len(m.clients))
 	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
-		w := announceWrite{changed: changed, write: m.stored[i] != enc && display, sweep: sweep, refresh: refresh}
+		retry := m.stored[i] == "" && !m.annAt.IsZero()
+		w := announceWrite{changed: changed || retry, write: periodic || retry || (changed && m.stored[i] != enc), refresh: refresh}
+		calls[i] = w
 		v, err := announce(ctx, c, m.keys, m.cfg.WorkerID, a, enc, ttl, w)
 		if err != nil {
 			m.stored[i] = "" // unknown: written again next time
@@ -282,11 +295,8 @@ func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 		return // again at the next tick
 	}
 	m.lastAnn, m.annAt, m.annEvery = a, start, every
-	if display {
+	if periodic {
 		m.writtenAt = start
-	}
-	if sweep {
-		m.sweptAt = start
 	}
 	if refresh {
 		m.keysAt = start
@@ -297,7 +307,7 @@ func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 			continue
 		}
 		want := m.seenMembers[i]
-		if changed && want >= 0 {
+		if calls[i].changed && want >= 0 {
 			want++ // this announcement's own change
 		}
 		if want < 0 || v.members != want || v.removed > 0 {
