@@ -228,7 +228,7 @@
 // leases cost one extend call per Redis per RenewEvery, however many it
 // holds; the server executes two commands per lease inside it (GET,
 // PEXPIRE). As the server counts them, scripts' inner calls included,
-// an idle worker costs about 1.2 commands/s with the defaults, and three
+// an idle worker costs about 1.2-1.4 commands/s with the defaults, and three
 // workers draining a pool of 2,000 records/s on 20 partitions about 9
 // commands per 1,000 records (TestBudgetRedisCommands holds both).
 //

@@ -32,7 +32,8 @@ import (
 // (the worker's clock, Unix ms), writes ARGV[2] as its announcement when
 // ARGV[9] is "1" or the member is new, and removes the members whose
 // instant passed. A rewrite that finds other fair-share fields stored
-// than it writes (Redis lost or rolled back a write) counts as a change. When ARGV[4] is "1" (the fair-share fields changed), the member
+// than it writes (want, reservation, need, class, weight: Redis lost or
+// rolled back a write) counts as a change. When ARGV[4] is "1" (the fair-share fields changed), the member
 // is new and ARGV[8] is "1" (it wants partitions), or some were removed,
 // it increments KEYS[3] and publishes "m <worker>" on ARGV[5]. When
 // ARGV[10] is "1" or the member is new (the keys may just have been
@@ -47,7 +48,7 @@ var announceScript = redis.NewScript(`
 local function share(v)
   local f = {}
   for x in string.gmatch(v, '%S+') do f[#f + 1] = x end
-  return table.concat({f[1] or '', f[3] or '', f[5] or '', f[6] or '', f[7] or '', f[8] or ''}, ' ')
+  return table.concat({f[1] or '', f[3] or '', f[5] or '', f[7] or '', f[8] or ''}, ' ')
 end
 local now = tonumber(ARGV[7])
 local changed = ARGV[4] == '1'
@@ -265,17 +266,19 @@ func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 		every, ttl = idleKeepAliveFactor*every, idleKeepAliveFactor*ttl
 	}
 	enc := a.encode()
-	// The announcement is written when its share changed, and whole once
-	// per MemberTTL whatever this worker believes a Redis stores (a
-	// failover or a restart may have lost a write); a Redis whose last
-	// call failed gets it written and announced as a change.
+	// The announcement is written when its share changed, to a Redis
+	// whose last call failed, and whole once per MemberTTL whatever this
+	// worker believes a Redis stores (a failover or a restart may have
+	// lost a write); the script finds out whether what it replaced was
+	// another share. A failed call is not announced as a change by
+	// itself: under load that would make every peer read the members at
+	// once, and fail again.
 	periodic := !start.Before(m.writtenAt.Add(m.cfg.MemberTTL))
 	refresh := m.keysAt.IsZero() || !start.Before(m.keysAt.Add(membersKeyRefresh))
 	got := make([]*versions, len(m.clients))
 	calls := make([]announceWrite, len(m.clients))
 	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
-		retry := m.stored[i] == "" && !m.annAt.IsZero()
-		w := announceWrite{changed: changed || retry, write: periodic || retry || (changed && m.stored[i] != enc), refresh: refresh}
+		w := announceWrite{changed: changed, write: periodic || m.stored[i] == "" || (changed && m.stored[i] != enc), refresh: refresh}
 		calls[i] = w
 		v, err := announce(ctx, c, m.keys, m.cfg.WorkerID, a, enc, ttl, w)
 		if err != nil {
