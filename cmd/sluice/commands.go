@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"net"
 	"slices"
@@ -184,21 +183,11 @@ func poolCommand() *cli.Command {
 			Flags:        slices.Concat(redisFlags(), []cli.Flag{stringFlag("pool", "default", "pool `name`"), boolFlag("json", "print JSON")}, logFlags()),
 			OnUsageError: onUsageError,
 			Action: func(c *cli.Context) error {
-				log, err := newLogger(c)
-				if err != nil {
-					return usageError(err)
-				}
-				cfg, err := redisConfig(c)
-				if err != nil {
-					return usageError(err)
-				}
-				clients, err := connectRedis(c.Context, cfg, log)
+				ctx, clients, done, err := poolRedis(c)
 				if err != nil {
 					return err
 				}
-				defer closeAll(clients)
-				ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
-				defer cancel()
+				defer done()
 				st, err := lease.Status(ctx, clients[0], "", c.String("pool"))
 				if err != nil {
 					return poolError(err) // an unknown pool is exit 2

@@ -155,6 +155,25 @@ func checkKafka(ctx context.Context, brokers []string, conn queue.Conn) error {
 	return queue.Check(cctx, brokers, conn)
 }
 
+// poolRedis connects a pool command to Redis from its flags: a context
+// of 10 s for its work, the clients, and done, which closes both. A flag
+// error is a usage error.
+func poolRedis(c *cli.Context) (ctx context.Context, clients []redis.UniversalClient, done func(), err error) {
+	log, err := newLogger(c)
+	if err != nil {
+		return nil, nil, nil, usageError(err)
+	}
+	cfg, err := redisConfig(c)
+	if err != nil {
+		return nil, nil, nil, usageError(err)
+	}
+	if clients, err = connectRedis(c.Context, cfg, log); err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+	return ctx, clients, func() { cancel(); closeAll(clients) }, nil
+}
+
 func closeAll(clients []redis.UniversalClient) {
 	for _, c := range clients {
 		_ = c.Close()

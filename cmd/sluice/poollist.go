@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -19,21 +17,11 @@ func poolListCommand() *cli.Command {
 		Flags:        slices.Concat(redisFlags(), []cli.Flag{boolFlag("json", "print JSON")}, logFlags()),
 		OnUsageError: onUsageError,
 		Action: func(c *cli.Context) error {
-			log, err := newLogger(c)
-			if err != nil {
-				return usageError(err)
-			}
-			cfg, err := redisConfig(c)
-			if err != nil {
-				return usageError(err)
-			}
-			clients, err := connectRedis(c.Context, cfg, log)
+			ctx, clients, done, err := poolRedis(c)
 			if err != nil {
 				return err
 			}
-			defer closeAll(clients)
-			ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
-			defer cancel()
+			defer done()
 			pools, err := lease.ListPools(ctx, clients[0], "")
 			if err != nil {
 				return err

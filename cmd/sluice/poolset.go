@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -40,21 +39,11 @@ func poolSetCommand() *cli.Command {
 			case partitions < 0:
 				return usageError(fmt.Errorf("--partitions: must be ≥ 1 (got %d)", partitions))
 			}
-			log, err := newLogger(c)
-			if err != nil {
-				return usageError(err)
-			}
-			cfg, err := redisConfig(c)
-			if err != nil {
-				return usageError(err)
-			}
-			clients, err := connectRedis(c.Context, cfg, log)
+			ctx, clients, done, err := poolRedis(c)
 			if err != nil {
 				return err
 			}
-			defer closeAll(clients)
-			ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
-			defer cancel()
+			defer done()
 			name := c.String("pool")
 			lead := c.Duration("switch-after")
 			if lead == 0 {
