@@ -399,9 +399,8 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 	m.mu.Unlock()
 
 	keepAlive := !m.annAt.IsZero() && !now.Before(m.annAt.Add(m.annEvery))
-	rise := me.Want > m.lastAnn.Want && m.outranksAPeer()
 	if me.Want > 0 && m.lastAnn.Want > 0 && me.Want != m.lastAnn.Want && abs(me.Want-m.lastAnn.Want) < changeAtOnce(m.lastAnn.Want) &&
-		!m.annAt.IsZero() && !keepAlive && !rise {
+		!m.annAt.IsZero() && !keepAlive && !m.outranksAPeer() {
 		// A small change of the want waits for the keep-alive (one from
 		// or to nothing, or by changeAtOnce, does not): a demand that
 		// wavers around a value, as a worker's rate-based demand does,
@@ -410,10 +409,11 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 		// keeps the share of the want it announced, as its peers compute.
 		// A large change (a backlog, or one drained) is announced at once:
 		// a lower class yields to a rise, and gets its capacity back
-		// after a fall, without waiting. So is any rise of a worker that
-		// outranks a peer: a lower class yields within a slice of it
-		// whatever its size, at the cost of an announcement for each
-		// rise in pools that mix classes.
+		// after a fall, without waiting. So is any change of a worker
+		// that outranks a peer: a lower class yields within a slice of a
+		// rise, and gets a fall back as soon, whatever its size, at the
+		// cost of an announcement for each change in pools that mix
+		// classes.
 		me.Want = m.lastAnn.Want
 	}
 	// The first announcement changes the peers' shares only if it wants

@@ -111,11 +111,14 @@ func TestRESTSinkThrottleSignals(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// Dated before the request is sent: the wait is then at
+			// most the bound from whichever instant the sink counts it.
+			header := tt.header()
 			api := newFaultAPI(t, func(r restRequest) (int, http.Header, string) {
 				if r.path == "/items/ok" {
 					return http.StatusCreated, nil, ""
 				}
-				return tt.status, tt.header(), `{"error":"slow down"}`
+				return tt.status, header, `{"error":"slow down"}`
 			})
 			s := api.sink(t, RESTConfig{URL: "/items/{$id}"})
 			res, err := s.Write(t.Context(), []ingest.Record{rec("ok", `{}`), rec("x", `{}`)})
