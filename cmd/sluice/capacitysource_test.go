@@ -8,8 +8,8 @@ import (
 
 // A capacity source the sink cannot answer, and the source flags without a
 // source, are usage errors (exit 2) that name what to use instead.
+// Not parallel: see TestVersion (urfave/cli's help flag is shared).
 func TestCapacitySourceUsageErrors(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -32,7 +32,6 @@ func TestCapacitySourceUsageErrors(t *testing.T) {
 			[]string{"--pool-definition", "want apply, adopt or refuse"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
 			code, _, stderr := runCLI(t, append([]string{"worker", "--brokers", "127.0.0.1:1"}, tc.args...)...)
 			require.Equal(t, exitUsage, code, stderr)
 			for _, w := range tc.want {
