@@ -9,6 +9,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,11 +28,12 @@ import (
 // and from the convergence on no sliding second at the sink holds more
 // than 1,500. Every record is stored once, none dead-lettered.
 //
-// Not met reliably on the wall clock: the probe estimates the sink's
-// capacity from what it accepted while the workers were being throttled,
-// and the workers' own reaction to throttling (the sink paused, the rate
-// cut) makes that estimate pessimistic by up to 15 %: three runs settled at
-// 1,495 (within 21 s), 1,287 and 1,295.
+// Not met reliably on the wall clock: 5 of 6 runs converged (1,382-1,479
+// within 20.9-26 s, 0.06-0.08 % throttled); in the sixth the second onset
+// was read while the workers were still paused by the first throttles, so
+// the sink had been offered 1,193 records/s, and the pool settled at
+// 1,158. The probe settles on what the sink accepted, which is its
+// capacity only while the workers offer more.
 func TestProbeFindsTheSinksCapacity(t *testing.T) {
 	t.Parallel()
 	const n, capacity = 60000, 1500
@@ -68,6 +70,15 @@ func TestProbeFindsTheSinksCapacity(t *testing.T) {
 		code, ok := p.wait(30 * time.Second)
 		require.True(t, ok, "%s did not stop", p.name)
 		require.Zero(t, code, "%s exited non-zero", p.name)
+	}
+	for _, p := range ws { // the probe's decisions, whichever process made them
+		data, err := os.ReadFile(p.log)
+		require.NoError(t, err)
+		for line := range strings.Lines(string(data)) {
+			if strings.Contains(line, "pool capacity") {
+				t.Logf("%s: %s", p.name, strings.TrimSpace(line))
+			}
+		}
 	}
 	st = e.stats()
 	sends := st.Accepted + st.Duplicates + st.Throttled + st.Rejected

@@ -319,6 +319,7 @@ func (c *Controller) decide(ctx context.Context) error {
 		}
 	}
 	if next <= 0 || (next == p.Capacity && from == p.From) {
+		c.log.Debug("pool capacity kept", "capacity", p.Capacity, "unit", p.Unit, "reason", reason)
 		return nil
 	}
 	u := Update{Capacity: next, From: &from, Lead: c.cfg.Lead}

@@ -89,7 +89,7 @@ func TestProbeStep(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
 	clean := func(rate float64) account {
-		return account{span: time.Second, units: rate, attempts: int64(rate), answers: 10, latency: 100 * time.Millisecond, backlogged: 2, buckets: 2}
+		return account{span: time.Second, units: rate, openUnits: rate / 2, attempts: int64(rate), answers: 10, latency: 100 * time.Millisecond, backlogged: 2, buckets: 2}
 	}
 	throttled := func(sent float64, throttled int64) account {
 		a := clean(sent)
@@ -109,6 +109,10 @@ func TestProbeStep(t *testing.T) {
 		{"clean with a backlog: up by half", probeAt(1000), probeState{}, clean(990), 1500, 0, "ran clean"},
 		{"clean without a backlog: stays", probeAt(1000), probeState{}, account{span: time.Second, units: 990, attempts: 990, buckets: 2}, 1000, 0, "did not use"},
 		{"clean but far below the level: stays", probeAt(1000), probeState{}, clean(500), 1000, 0, "did not use"},
+		// Four buckets that ended at 950/s and one opened 50 ms ago: 780/s
+		// over the five, but the level was used.
+		{"a bucket still open does not hide a used level", probeAt(1000), probeState{},
+			account{span: 2500 * time.Millisecond, units: 4*475 + 50, openUnits: 50, attempts: 1950, backlogged: 5, buckets: 5}, 1500, 0, "ran clean"},
 		{"throttled: a margin below what was accepted", probeAt(1713), probeState{}, throttled(1713, 213), 1455, 1713, "213 of 1713 attempts throttled"},
 		{"settled below an onset: stays", probeAt(1455), probeState{Onset: 1713, OnsetAt: now.Add(-time.Minute)}, clean(1450), 1455, 1713, "settled"},
 		{"after the re-probe period: up by the margin", probeAt(1455), probeState{Onset: 1713, OnsetAt: now.Add(-11 * time.Minute)}, clean(1450), 1499, 0, "ran clean"},

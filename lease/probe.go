@@ -21,6 +21,9 @@ type account struct {
 	answers    int64
 	backlogged int // buckets in which a worker had a backlog
 	buckets    int
+	// openUnits is the units of the last bucket, which may still be open
+	// (it gets reports until it ends).
+	openUnits float64
 	// bestSecond is the most units per second accepted over two
 	// consecutive buckets (a second) the later of which was throttled: the
 	// sink was full then. 0 without such a pair.
@@ -33,6 +36,16 @@ func (a account) rate() float64 {
 		return 0
 	}
 	return a.units / a.span.Seconds()
+}
+
+// sentRate is the units sent per second over the buckets that ended: the
+// rate whether the workers used a level, which a bucket still being
+// filled would make look low.
+func (a account) sentRate() float64 {
+	if a.buckets < 2 {
+		return a.rate()
+	}
+	return (a.units - a.openUnits) / (a.span - obsBucket).Seconds()
 }
 
 // accepted is the units per second the sink accepted: those sent, less
@@ -87,8 +100,8 @@ func (c *Controller) readAccount(ctx context.Context, from, to time.Time) (accou
 		prevAccepted = acc
 		a.buckets++
 		a.span += obsBucket
-		f, _ := strconv.ParseFloat(m["u"], 64)
-		a.units += f
+		a.units += u
+		a.openUnits = u
 		n, _ := strconv.ParseInt(m["a"], 10, 64)
 		a.attempts += n
 		n, _ = strconv.ParseInt(m["t"], 10, 64)
@@ -232,7 +245,7 @@ func probeStep(p Pool, st probeState, a account, now time.Time) (float64, probeS
 			st.BaseLatency = (3*st.BaseLatency + lat) / 4
 		}
 	}
-	busy := a.backlogged > 0 && a.rate() >= probeBusy*cur
+	busy := a.backlogged > 0 && a.sentRate() >= probeBusy*cur
 	switch {
 	case !busy:
 		return cur, st, "the workers did not use the level"
