@@ -114,6 +114,13 @@ func TestProbeStep(t *testing.T) {
 		{"a bucket still open does not hide a used level", probeAt(1000), probeState{},
 			account{span: 2500 * time.Millisecond, units: 4*475 + 50, openUnits: 50, attempts: 1950, backlogged: 5, buckets: 5}, 1500, 0, "ran clean"},
 		{"throttled: a margin below what was accepted", probeAt(1713), probeState{}, throttled(1713, 213), 1455, 1713, "213 of 1713 attempts throttled"},
+		// Right after an onset the workers are still held back by its
+		// throttles: 1,200/s sent at 2,305 says little of the sink, so the
+		// level is read once more; a second such reading lowers it.
+		{"throttled while held back after an onset: read again", probeAt(2305), probeState{Onset: 2570, OnsetAt: now.Add(-2 * time.Second)},
+			throttled(1200, 1), 2305, 2570, "read again"},
+		{"held back twice: a margin below what was accepted", probeAt(2305), probeState{Onset: 2570, OnsetAt: now.Add(-4 * time.Second)},
+			throttled(1200, 1), 1163, 2305, "1 of 1200 attempts throttled"},
 		{"settled below an onset: stays", probeAt(1455), probeState{Onset: 1713, OnsetAt: now.Add(-time.Minute)}, clean(1450), 1455, 1713, "settled"},
 		{"after the re-probe period: up by the margin", probeAt(1455), probeState{Onset: 1713, OnsetAt: now.Add(-11 * time.Minute)}, clean(1450), 1499, 0, "ran clean"},
 		{"the ceiling bounds it", Pool{Name: "p", Capacity: 800, Partitions: 10, Source: Source{Kind: SourceProbe, Ceiling: 1000}.withDefaults()}, probeState{}, clean(800), 1000, 0, "ran clean"},

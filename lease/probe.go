@@ -194,7 +194,11 @@ const (
 //   - an onset — throttled attempts, or a mean answer latency over
 //     DefaultLatencyRise × the baseline and latencyFloor above it — at
 //     level L: the capacity is set Margin below what the sink accepted
-//     meanwhile (never above L), and L is remembered as the onset;
+//     meanwhile (never above L), and L is remembered as the onset. What
+//     the sink accepted is its capacity only while the workers offered
+//     more: throttles read within 1.5 intervals of the last onset, while
+//     the workers sent less than probeBusy of the level (its throttles
+//     still held them back), leave the level for one more reading;
 //   - a clean account with a backlog that used at least probeBusy of the
 //     level: a raise by DefaultProbeGrowth before the first onset; after
 //     an onset the level stays (settled) for the re-probe period, so no
@@ -205,7 +209,8 @@ const (
 //     level stays.
 //
 // So each raise overshoots the sink's capacity by at most one step, for at
-// most one interval (the next decision lowers it), and the level where
+// most one interval (the next decision lowers it; two when the reading
+// right after an onset is read again), and the level where
 // throttling began is not tried again within the re-probe period.
 // Every level stays within the floor and the ceiling.
 func probeStep(p Pool, st probeState, a account, now time.Time) (float64, probeState, string) {
@@ -220,6 +225,13 @@ func probeStep(p Pool, st probeState, a account, now time.Time) (float64, probeS
 	lat := a.meanLatency()
 	latencyOnset := st.BaseLatency > 0 && a.answers > 0 &&
 		lat > time.Duration(DefaultLatencyRise*float64(st.BaseLatency)) && lat-st.BaseLatency > latencyFloor
+	if a.throttled > 0 && a.sentRate() < probeBusy*cur && st.Onset > 0 && now.Sub(st.OnsetAt) < src.Every*3/2 {
+		// Throttled in the interval right after an onset, while the
+		// workers were still held back by its throttles: what the sink
+		// accepted is what they offered, not what it can take. The level
+		// is read once more before it is judged.
+		return cur, st, "throttled while the workers were held back: read again"
+	}
 	if a.throttled > 0 || latencyOnset {
 		level := cur
 		accepted := max(a.accepted(), a.bestSecond)
