@@ -102,13 +102,11 @@ func (c *Controller) readAccount(ctx context.Context, from, to time.Time) (accou
 		a.span += obsBucket
 		a.units += u
 		a.openUnits = u
-		n, _ := strconv.ParseInt(m["a"], 10, 64)
-		a.attempts += n
-		n, _ = strconv.ParseInt(m["t"], 10, 64)
-		a.throttled += n
-		n, _ = strconv.ParseInt(m["l"], 10, 64)
-		a.latency += time.Duration(n) * time.Microsecond
-		n, _ = strconv.ParseInt(m["n"], 10, 64)
+		a.attempts += at
+		a.throttled += th
+		l, _ := strconv.ParseInt(m["l"], 10, 64)
+		a.latency += time.Duration(l) * time.Microsecond
+		n, _ := strconv.ParseInt(m["n"], 10, 64)
 		a.answers += n
 		if m["b"] == "1" {
 			a.backlogged++
