@@ -276,10 +276,8 @@ func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 	periodic := !start.Before(m.writtenAt.Add(m.cfg.MemberTTL))
 	refresh := m.keysAt.IsZero() || !start.Before(m.keysAt.Add(membersKeyRefresh))
 	got := make([]*versions, len(m.clients))
-	calls := make([]announceWrite, len(m.clients))
 	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
 		w := announceWrite{changed: changed, write: periodic || m.stored[i] == "" || (changed && m.stored[i] != enc), refresh: refresh}
-		calls[i] = w
 		v, err := announce(ctx, c, m.keys, m.cfg.WorkerID, a, enc, ttl, w)
 		if err != nil {
 			m.stored[i] = "" // unknown: written again next time
@@ -310,7 +308,7 @@ func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 			continue
 		}
 		want := m.seenMembers[i]
-		if calls[i].changed && want >= 0 {
+		if changed && want >= 0 {
 			want++ // this announcement's own change
 		}
 		if want < 0 || v.members != want || v.removed > 0 {
