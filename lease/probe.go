@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// account is the sum of the pool's observation buckets over a span.
+// account is the sum of the pool's observation buckets over a span. The
+// last bucket may still be open: it gets reports until it ends.
 type account struct {
 	span       time.Duration // the buckets' total width
 	units      float64
@@ -21,40 +22,32 @@ type account struct {
 	answers    int64
 	backlogged int // buckets in which a worker had a backlog
 	buckets    int
-	// openUnits is the units of the last bucket, which may still be open
-	// (it gets reports until it ends).
-	openUnits float64
-	// bestSecond is the most units per second accepted over two
-	// consecutive buckets (a second) the later of which was throttled: the
-	// sink was full then. 0 without such a pair.
-	bestSecond float64
-}
-
-// rate is the units sent per second.
-func (a account) rate() float64 {
-	if a.span <= 0 {
-		return 0
-	}
-	return a.units / a.span.Seconds()
+	openUnits  float64 // units of the last bucket
 }
 
 // sentRate is the units sent per second over the buckets that ended: the
-// rate whether the workers used a level, which a bucket still being
-// filled would make look low.
+// rate whether the workers used a level, which the open bucket would make
+// look low.
 func (a account) sentRate() float64 {
-	if a.buckets < 2 {
-		return a.rate()
+	switch {
+	case a.buckets == 0:
+		return 0
+	case a.buckets == 1:
+		return a.units / a.span.Seconds()
 	}
 	return (a.units - a.openUnits) / (a.span - obsBucket).Seconds()
 }
 
-// accepted is the units per second the sink accepted: those sent, less
-// the throttled attempts' share.
+// accepted is the units per second the sink accepted over the buckets
+// that ended: those sent, less the throttled attempts' share. While the
+// workers offered more than the sink took, this is its capacity, give or
+// take what a token bucket's reserve held at either end (a second of
+// capacity over the two intervals read, about ±1 %).
 func (a account) accepted() float64 {
 	if a.attempts == 0 {
-		return a.rate()
+		return a.sentRate()
 	}
-	return a.rate() * float64(a.attempts-a.throttled) / float64(a.attempts)
+	return a.sentRate() * float64(a.attempts-a.throttled) / float64(a.attempts)
 }
 
 func (a account) meanLatency() time.Duration {
@@ -84,20 +77,11 @@ func (c *Controller) readAccount(ctx context.Context, from, to time.Time) (accou
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return a, fmt.Errorf("lease: read capacity observations: %w", err)
 	}
-	var prevAccepted float64
-	for i, cmd := range cmds {
+	for _, cmd := range cmds {
 		m := cmd.Val()
 		u, _ := strconv.ParseFloat(m["u"], 64)
 		at, _ := strconv.ParseInt(m["a"], 10, 64)
 		th, _ := strconv.ParseInt(m["t"], 10, 64)
-		acc := u
-		if at > 0 {
-			acc = u * float64(at-th) / float64(at)
-		}
-		if i > 0 && th > 0 {
-			a.bestSecond = max(a.bestSecond, (prevAccepted+acc)/(2*obsBucket).Seconds())
-		}
-		prevAccepted = acc
 		a.buckets++
 		a.span += obsBucket
 		a.units += u
@@ -160,7 +144,9 @@ func (c *Controller) probe(ctx context.Context, p Pool, now time.Time) (float64,
 	if err != nil {
 		return 0, st, "", err
 	}
-	from := now.Add(-p.Source.Every)
+	// Since the level switched, two intervals at most: a level read again
+	// is judged on both readings.
+	from := now.Add(-2 * p.Source.Every)
 	if sw := p.Switch; sw != nil && sw.At.Add(probeSettle).After(from) {
 		from = sw.At.Add(probeSettle)
 	}
@@ -187,7 +173,8 @@ const (
 )
 
 // probeStep decides a probing pool's next capacity from the account of
-// the time since its level switched (at least one bucket):
+// the time since its level switched, two intervals at most (at least one
+// bucket):
 //
 //   - an onset — throttled attempts, or a mean answer latency over
 //     DefaultLatencyRise × the baseline and latencyFloor above it — at
@@ -196,7 +183,8 @@ const (
 //     the sink accepted is its capacity only while the workers offered
 //     more: throttles read within 1.5 intervals of the last onset, while
 //     the workers sent less than probeBusy of the level (its throttles
-//     still held them back), leave the level for one more reading;
+//     still held them back), leave the level for one more reading, and
+//     the next decision reads both;
 //   - a clean account with a backlog that used at least probeBusy of the
 //     level: a raise by DefaultProbeGrowth before the first onset; after
 //     an onset the level stays (settled) for the re-probe period, so no
@@ -208,7 +196,8 @@ const (
 //
 // So each raise overshoots the sink's capacity by at most one step, for at
 // most one interval (the next decision lowers it; two when the reading
-// right after an onset is read again), and the level where
+// right after an onset is read again; a sink's burst reserve hides an
+// overshoot until it runs dry), and the level where
 // throttling began is not tried again within the re-probe period.
 // Every level stays within the floor and the ceiling.
 func probeStep(p Pool, st probeState, a account, now time.Time) (float64, probeState, string) {
@@ -232,7 +221,7 @@ func probeStep(p Pool, st probeState, a account, now time.Time) (float64, probeS
 	}
 	if a.throttled > 0 || latencyOnset {
 		level := cur
-		accepted := max(a.accepted(), a.bestSecond)
+		accepted := a.accepted()
 		if latencyOnset {
 			accepted = min(accepted, cur) // the sink kept up, slower: settle below the level
 		}

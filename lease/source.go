@@ -38,8 +38,10 @@ const (
 	DefaultProbeEvery = 2 * time.Second
 	// DefaultProbeFloor is where probing starts, in units/s: 100.
 	DefaultProbeFloor = 100
-	// DefaultProbeMargin is how far below the onset of throttling a probe
-	// settles: 3 %.
+	// DefaultProbeMargin is how far below what the sink accepted at the
+	// onset of throttling a probe settles: 3 %, more than twice the
+	// scatter of that reading against a token bucket with a second of
+	// capacity in reserve.
 	DefaultProbeMargin = 0.03
 	// DefaultReprobe is how long a probe stays settled before it raises
 	// again (slowly, by the margin each step): 10 min. Within it the
