@@ -489,3 +489,55 @@ func TestVanishedWorkersLeasesAreTakenAsTheyExpire(t *testing.T) {
 	// (waits of 20 ms doubling up to KeepAlive).
 	require.Less(t, late, 600*time.Millisecond)
 }
+
+// The batched lease scripts act on a lease only while its key holds the
+// worker's value, across the 500-key chunks they read with MGET: over
+// 1,203 leases, every third of which a peer took after it expired, the
+// extend renews the others and answers 0 for the taken ones, and the
+// release deletes the others and leaves the peer's.
+func TestLeaseScriptsActOnlyOnTheirOwnValues(t *testing.T) {
+	t.Parallel()
+	pool := Pool{Name: "batch", Capacity: 1000, Partitions: 1203}
+	c, prefix := poolOnRedis(t, pool)
+	ctx := t.Context()
+	k := keysFor(prefix, pool.Name)
+	keys := make([]string, pool.Partitions)
+	values := make([]any, pool.Partitions)
+	taken := func(i int) bool { return i%3 == 2 }
+	for i := range keys {
+		keys[i], values[i] = k.partition(i), fmt.Sprintf("w1/%d", i)
+		v := values[i]
+		if taken(i) {
+			v = "w2/peer"
+		}
+		require.NoError(t, c.Set(ctx, keys[i], v, time.Second).Err())
+	}
+
+	res, err := extendScript.Run(ctx, c, keys, append(values, time.Minute.Milliseconds())...).Int64Slice()
+	require.NoError(t, err)
+	require.Len(t, res, len(keys))
+	for i, ok := range res {
+		ttl, err := c.PTTL(ctx, keys[i]).Result()
+		require.NoError(t, err)
+		if taken(i) {
+			require.Zero(t, ok, "lease %d is the peer's", i)
+			require.LessOrEqual(t, ttl, time.Second, "the peer's lease %d keeps its TTL", i)
+			continue
+		}
+		require.EqualValues(t, 1, ok, "lease %d renewed", i)
+		require.Greater(t, ttl, 50*time.Second, "lease %d extended to a minute", i)
+	}
+
+	n, err := releaseScript.Run(ctx, c, keys, values...).Int()
+	require.NoError(t, err)
+	require.Equal(t, 802, n, "the worker's own leases deleted")
+	for i, key := range keys {
+		v, err := c.Get(ctx, key).Result()
+		if taken(i) {
+			require.NoError(t, err)
+			require.Equal(t, "w2/peer", v, "the peer's lease %d stays", i)
+			continue
+		}
+		require.ErrorIs(t, err, redis.Nil, "lease %d released", i)
+	}
+}

@@ -51,18 +51,42 @@ func (m *Manager) dropExpired(ctx context.Context) {
 // extendScript extends every lease KEYS[i] whose value is still ARGV[i]
 // to ARGV[#KEYS + 1] ms, and returns, per key, 1 if it did and 0 if not:
 // one call renews all of a worker's due leases on one Redis, as redsync's
-// extend does for one.
+// extend does for one. The values are read with one MGET per 500 keys, so
+// the server counts 2 + n commands for n leases (2n with a GET each).
 var extendScript = redis.NewScript(`
 local ttl = ARGV[#KEYS + 1]
 local out = {}
-for i, k in ipairs(KEYS) do
-  if redis.call('GET', k) == ARGV[i] then
-    out[i] = redis.call('PEXPIRE', k, ttl)
-  else
-    out[i] = 0
+for i = 1, #KEYS, 500 do
+  local vs = redis.call('MGET', unpack(KEYS, i, math.min(i + 499, #KEYS)))
+  for j, v in ipairs(vs) do
+    local k = i + j - 1
+    if v == ARGV[k] then
+      out[k] = redis.call('PEXPIRE', KEYS[k], ttl)
+    else
+      out[k] = 0
+    end
   end
 end
 return out
+`)
+
+// releaseScript deletes every lease KEYS[i] whose value is still ARGV[i],
+// and returns how many it deleted: one call unlocks all of a worker's
+// leases on one Redis, as redsync's unlock does for one, for 3 commands
+// as the server counts them (the call, MGET and DEL per 500 keys) where
+// redsync's costs 3 per lease.
+var releaseScript = redis.NewScript(`
+local n = 0
+for i = 1, #KEYS, 500 do
+  local last = math.min(i + 499, #KEYS)
+  local vs = redis.call('MGET', unpack(KEYS, i, last))
+  local del = {}
+  for j, v in ipairs(vs) do
+    if v == ARGV[i + j - 1] then del[#del + 1] = KEYS[i + j - 1] end
+  end
+  if #del > 0 then n = n + redis.call('DEL', unpack(del)) end
+end
+return n
 `)
 
 // renewDue extends every lease whose renewal is due, and with them those
@@ -275,19 +299,20 @@ func (m *Manager) announceFreed(ctx context.Context) {
 	}, "lease_freed", "announcing freed partitions failed")
 }
 
-// unlock deletes the leases' keys, concurrently, each bounded by the
-// operation timeout even when ctx is done. Callers stopped counting them.
+// unlock deletes the leases' keys, with one call per Redis
+// (releaseScript), bounded by the operation timeout even when ctx is done.
+// Callers stopped counting them. A key that no longer holds the lease's
+// value (it expired, and maybe a peer took it) is left alone.
 func (m *Manager) unlock(ctx context.Context, hs []*held) {
-	ctx = context.WithoutCancel(ctx)
-	var wg sync.WaitGroup
-	for _, h := range hs {
-		wg.Go(func() {
-			uctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
-			defer cancel()
-			if _, err := h.mutex.UnlockContext(uctx); err != nil && !errors.Is(err, redsync.ErrLockAlreadyExpired) {
-				m.logErr("lease_unlock", "lease unlock failed; the key expires after its TTL", err, "partition", h.partition)
-			}
-		})
+	if len(hs) == 0 {
+		return
 	}
-	wg.Wait()
+	keys := make([]string, len(hs))
+	values := make([]any, len(hs))
+	for i, h := range hs {
+		keys[i], values[i] = h.mutex.Name(), h.mutex.Value()
+	}
+	m.each(context.WithoutCancel(ctx), func(ctx context.Context, _ int, c redis.UniversalClient) error {
+		return releaseScript.Run(ctx, c, keys, values...).Err()
+	}, "lease_unlock", "lease unlock failed; the keys expire after their TTL")
 }
