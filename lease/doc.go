@@ -125,8 +125,10 @@
 // still holds this lease's value, as redsync's extend; the new validity is
 // the call's start + TTL − 1 % of the TTL, as redsync computes it). New
 // requires Margin + RenewEvery ≤ 90 % of TTL. On exit Run stops counting
-// every lease, unlocks it (each bounded by RequestTimeout) and withdraws
-// the worker, so peers need not wait out the TTL.
+// every lease, unlocks them (one script call per Redis that deletes each
+// key still holding its lease's value, as redsync's unlock does for one,
+// bounded by the operation timeout) and withdraws the worker, so peers
+// need not wait out the TTL.
 //
 // # Reserved capacity
 //
@@ -321,11 +323,11 @@
 // so that a rolling upgrade never has two generations lock one partition
 // under two names; clusters and other clients cannot be mixed in one
 // Manager (New returns an error wrapping ErrInvalidConfig). What touches
-// several keys at once: the extend script (all of a worker's due leases,
-// p:{i}), the announce, withdraw and members scripts (live, ann, mver,
-// dver), MGET of the partitions (candidates, reclaim), SetPool's WATCH and
-// MULTI on def and dver, Status's pipeline; the ramp epoch and the lock,
-// unlock and reclaim calls touch one key each. All are in the pool's slot
+// several keys at once: the extend and release scripts (a worker's
+// leases, p:{i}), the announce, withdraw and members scripts (live, ann,
+// mver, dver), MGET of the partitions (candidates, reclaim), SetPool's
+// WATCH and MULTI on def and dver, Status's pipeline; the ramp epoch, the
+// lock and the reclaim calls touch one key each. All are in the pool's slot
 // (TestClusterKeysShareOneSlot records every command a pool's workers
 // send and checks each key's slot on a real cluster). So one pool lives on
 // one shard: its Redis load (under a command per second per worker, see
