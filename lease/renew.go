@@ -48,43 +48,47 @@ func (m *Manager) dropExpired(ctx context.Context) {
 	m.unlock(ctx, gone)
 }
 
+// ownedLua defines owned(), for the lease scripts: per index i of KEYS,
+// whether KEYS[i] still holds ARGV[i] (the lease's value), read with one
+// MGET per 500 keys.
+const ownedLua = `
+local function owned()
+  local own = {}
+  for i = 1, #KEYS, 500 do
+    local vs = redis.call('MGET', unpack(KEYS, i, math.min(i + 499, #KEYS)))
+    for j, v in ipairs(vs) do own[i + j - 1] = v == ARGV[i + j - 1] end
+  end
+  return own
+end
+`
+
 // extendScript extends every lease KEYS[i] whose value is still ARGV[i]
 // to ARGV[#KEYS + 1] ms, and returns, per key, 1 if it did and 0 if not:
 // one call renews all of a worker's due leases on one Redis, as redsync's
-// extend does for one. The values are read with one MGET per 500 keys, so
-// the server counts 2 + n commands for n leases (2n with a GET each).
-var extendScript = redis.NewScript(`
+// extend does for one. The server counts about 2 + n commands for n leases
+// (2n with a GET each).
+var extendScript = redis.NewScript(ownedLua + `
 local ttl = ARGV[#KEYS + 1]
-local out = {}
-for i = 1, #KEYS, 500 do
-  local vs = redis.call('MGET', unpack(KEYS, i, math.min(i + 499, #KEYS)))
-  for j, v in ipairs(vs) do
-    local k = i + j - 1
-    if v == ARGV[k] then
-      out[k] = redis.call('PEXPIRE', KEYS[k], ttl)
-    else
-      out[k] = 0
-    end
-  end
+local own, out = owned(), {}
+for k = 1, #KEYS do
+  out[k] = own[k] and redis.call('PEXPIRE', KEYS[k], ttl) or 0
 end
 return out
 `)
 
 // releaseScript deletes every lease KEYS[i] whose value is still ARGV[i],
 // and returns how many it deleted: one call unlocks all of a worker's
-// leases on one Redis, as redsync's unlock does for one, for 3 commands
-// as the server counts them (the call, MGET and DEL per 500 keys) where
+// leases on one Redis, as redsync's unlock does for one, for about 3
+// commands as the server counts them (the call, MGET and DEL) where
 // redsync's costs 3 per lease.
-var releaseScript = redis.NewScript(`
-local n = 0
-for i = 1, #KEYS, 500 do
-  local last = math.min(i + 499, #KEYS)
-  local vs = redis.call('MGET', unpack(KEYS, i, last))
-  local del = {}
-  for j, v in ipairs(vs) do
-    if v == ARGV[i + j - 1] then del[#del + 1] = KEYS[i + j - 1] end
+var releaseScript = redis.NewScript(ownedLua + `
+local own, del, n = owned(), {}, 0
+for k = 1, #KEYS do
+  if own[k] then del[#del + 1] = KEYS[k] end
+  if #del == 500 or (k == #KEYS and #del > 0) then
+    n = n + redis.call('DEL', unpack(del))
+    del = {}
   end
-  if #del > 0 then n = n + redis.call('DEL', unpack(del)) end
 end
 return n
 `)
