@@ -96,11 +96,11 @@ start() {
     chown postgres "$DIR"
     chmod o+x "$CACHE" "$DIR" 2>/dev/null || true
   fi
-  if [[ ! -s "$DATA/PG_VERSION" ]]; then
-    rm -rf "$DATA"
-    as "$bin/initdb" -D "$DATA" -U postgres -A trust -E UTF8 --no-locale >"$LOGFILE" 2>&1 \
-      || { tail -n 20 "$LOGFILE" >&2; die "initdb failed; see $LOGFILE"; }
-  fi
+  # A data directory left here was never stopped (a killed run): with
+  # fsync off it may not recover, and a throwaway server keeps nothing.
+  rm -rf "$DATA"
+  as "$bin/initdb" -D "$DATA" -U postgres -A trust -E UTF8 --no-locale >"$LOGFILE" 2>&1 \
+    || { tail -n 20 "$LOGFILE" >&2; die "initdb failed; see $LOGFILE"; }
   : >"$LOGFILE"
   [[ "$(id -u)" == 0 ]] && chown postgres "$LOGFILE"
   as "$bin/pg_ctl" -D "$DATA" -l "$LOGFILE" -w -t "$WAIT_SECONDS" start \
