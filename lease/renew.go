@@ -85,10 +85,9 @@ var releaseScript = redis.NewScript(ownedLua + `
 local own, del, n = owned(), {}, 0
 for k = 1, #KEYS do
   if own[k] then del[#del + 1] = KEYS[k] end
-  if #del == 500 or (k == #KEYS and #del > 0) then
-    n = n + redis.call('DEL', unpack(del))
-    del = {}
-  end
+end
+for i = 1, #del, 500 do
+  n = n + redis.call('DEL', unpack(del, i, math.min(i + 499, #del)))
 end
 return n
 `)
