@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -99,8 +100,13 @@ type SourceConfig struct {
 type Source struct {
 	cfg     SourceConfig
 	log     *slog.Logger
-	reader  *kafka.Reader
+	rc      kafka.ReaderConfig
 	tracker *commitTracker
+
+	// joinOnce creates joined, the group's reader, at the first Run or
+	// Fetch (see reader).
+	joinOnce sync.Once
+	joined   *kafka.Reader
 
 	statsMu sync.Mutex // serializes reader.Stats, which resets its counters
 
@@ -121,8 +127,11 @@ var (
 	_ ingest.Lagger = (*Source)(nil)
 )
 
-// NewSource validates cfg and creates the consumer. The reader starts
-// joining the group at once; call Run (or Close) so that it is closed.
+// NewSource validates cfg and creates the consumer. Its reader joins the
+// group when Run or Fetch is first called, so a source that is closed
+// before it runs never joins: a member that joined and went away without
+// leaving would hold its partitions until SessionTimeout. Call Run (or
+// Close) so that it is closed.
 func NewSource(cfg SourceConfig) (*Source, error) {
 	cfg.CommitInterval = cmp.Or(cfg.CommitInterval, 200*time.Millisecond)
 	cfg.CommitTimeout = cmp.Or(cfg.CommitTimeout, 5*time.Second)
@@ -179,7 +188,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return &Source{
-		cfg: cfg, log: log, reader: kafka.NewReader(rc), tracker: tracker, clientID: clientID,
+		cfg: cfg, log: log, rc: rc, tracker: tracker, clientID: clientID,
 		admin: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: transport},
 	}, nil
 }
@@ -192,8 +201,12 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 // are Done or still held (not released by Owns), so a partition this
 // member keeps never hands a record out twice.
 func (s *Source) Fetch(ctx context.Context) (ingest.Record, error) {
+	r := s.reader()
+	if r == nil {
+		return ingest.Record{}, fmt.Errorf("fetch from topic %q: the source is closed: %w", s.cfg.Topic, io.EOF)
+	}
 	for {
-		m, err := s.reader.FetchMessage(ctx)
+		m, err := r.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ingest.Record{}, context.Cause(ctx)
@@ -296,6 +309,7 @@ func (s *Source) InFlight() int { return s.tracker.inFlight() }
 // ErrCloseTimeout). It returns nil on a clean stop, else the final commit's
 // and the close's errors joined.
 func (s *Source) Run(ctx context.Context) error {
+	s.reader() // join the group now, not at the first Fetch
 	tick := time.NewTicker(s.cfg.CommitInterval)
 	defer tick.Stop()
 	errLog := rate.Sometimes{Interval: 5 * time.Second}
@@ -322,6 +336,13 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 }
 
+// reader returns the group's reader, creating it (which joins the group)
+// on the first call; nil once the source is closed.
+func (s *Source) reader() *kafka.Reader {
+	s.joinOnce.Do(func() { s.joined = kafka.NewReader(s.rc) })
+	return s.joined
+}
+
 // noticeRebalance tells the tracker when the reader started fetching from
 // a new group generation (or, as kafka-go counts it, re-connected to a
 // partition's new leader, which changes nothing). kafka-go counts a
@@ -330,7 +351,7 @@ func (s *Source) Run(ctx context.Context) error {
 func (s *Source) noticeRebalance() {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
-	if s.reader.Stats().Rebalances > 0 {
+	if r := s.reader(); r != nil && r.Stats().Rebalances > 0 {
 		s.tracker.begin()
 		s.log.Debug("group generation started")
 	}
@@ -384,7 +405,11 @@ func (s *Source) commit(ctx context.Context) error {
 		// kafka-go commits Offset+1: the next offset to read.
 		msgs[i] = kafka.Message{Topic: c.topic, Partition: c.partition, Offset: c.offset - 1}
 	}
-	if err := s.reader.CommitMessages(ctx, msgs...); err != nil {
+	r := s.reader()
+	if r == nil {
+		return fmt.Errorf("commit offsets of group %q on topic %q: the source is closed", s.cfg.Group, s.cfg.Topic)
+	}
+	if err := r.CommitMessages(ctx, msgs...); err != nil {
 		return fmt.Errorf("commit offsets of group %q on topic %q: %w", s.cfg.Group, s.cfg.Topic, err)
 	}
 	for _, c := range commits {
@@ -400,7 +425,10 @@ func (s *Source) commit(ctx context.Context) error {
 // ran. Idempotent.
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
-		s.closeErr = closeBounded(s.reader.Close, s.cfg.CloseTimeout, "Kafka reader")
+		s.joinOnce.Do(func() {}) // a source closed before it ran never joins
+		if s.joined != nil {
+			s.closeErr = closeBounded(s.joined.Close, s.cfg.CloseTimeout, "Kafka reader")
+		}
 		if t, ok := s.admin.Transport.(*kafka.Transport); ok {
 			t.CloseIdleConnections()
 		}

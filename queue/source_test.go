@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"sync"
@@ -385,6 +386,28 @@ func awaitAssignments(t *testing.T, group, topic string, members, partitions int
 		return true
 	}, 45*time.Second, 50*time.Millisecond, "group %s never had %d balanced members", group, members)
 	return got
+}
+
+// A source joins its group when it runs, not when it is made: one that is
+// closed before it ran (a load with nothing to do) was never a member, so
+// no peer waits SessionTimeout for it to leave. a runs and gets every
+// partition while b, made first, sits idle; b's Close then changes nothing.
+func TestSourceJoinsWhenItRuns(t *testing.T) {
+	t.Parallel()
+	const partitions = 4
+	topic, group := newTopic(t, partitions), "g-"+t.Name()
+	b := newTestSource(t, topic, group)
+	a := newTestSource(t, topic, group)
+	stop := runSource(t, a)
+	asg := awaitAssignments(t, group, topic, 1, partitions)
+	require.Equal(t, []int{0, 1, 2, 3}, asg[a.clientID], "a alone is in the group")
+	require.NoError(t, b.Close())
+	_, err := b.Fetch(testContext(t))
+	require.ErrorIs(t, err, io.EOF, "a closed source fetches nothing")
+	asg, stable := groupAssignments(t, group, topic)
+	require.True(t, stable)
+	require.Equal(t, map[string][]int{a.clientID: {0, 1, 2, 3}}, asg)
+	require.NoError(t, stop())
 }
 
 // Three members share a 6-partition topic; the third stops cleanly with

@@ -243,7 +243,8 @@ type Worker struct {
 }
 
 // New checks cfg, fills its defaults and builds the worker. The consumer
-// starts joining the group at once; call Run so that it is closed. Errors
+// joins the group when Run starts; call Run (or Close) so that it is
+// closed. Errors
 // about cfg wrap ErrConfig, lease.ErrInvalidPool or lease.ErrInvalidConfig
 // and name the field.
 func New(cfg Config) (_ *Worker, err error) {
