@@ -31,9 +31,10 @@ BUDGETS = ./pipeline/ ./worker/ ./bulkload/
 
 .PHONY: test
 test: services-start ## unit and integration tests with the race detector, one package at a time (starts redis-server, PostgreSQL, Azurite, json-server, DynamoDB Local, MinIO, fake-gcs-server and OpenSearch itself)
-	$(GO) test -count=1 -run Budget $(BUDGETS); rc=$$?; \
-		$(GO) test -race -count=1 -p 1 ./... || rc=1; \
-		$(MAKE) --no-print-directory services-stop; exit $$rc
+	( $(GO) test -count=1 -run Budget $(BUDGETS); rc=$$?; \
+		$(GO) test -race -count=1 -p 1 ./... || rc=1; exit $$rc ) 2>&1 | tee $(CACHE)/test.log; \
+		rc=$${PIPESTATUS[0]}; $(MAKE) --no-print-directory services-stop; \
+		[ $$rc -eq 0 ] || scripts/failures.sh $(CACHE)/test.log; exit $$rc
 
 .PHONY: services-start
 services-start: ## start the PostgreSQL, Azurite, json-server, DynamoDB Local, MinIO, fake-gcs-server and OpenSearch that the sinks' tests and benchmarks use
@@ -95,7 +96,8 @@ e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured list
 			$(GO) test -tags e2e -count=1 -v -timeout 20m ./e2e/ || rc=1; \
 		exit $$rc ) 2>&1 | tee $(CACHE)/e2e.log; \
 		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; SLUICE_REDIS_CLUSTER=1 scripts/redis.sh stop; scripts/dynamodb.sh stop; scripts/s3.sh stop; \
-		scripts/gcs.sh stop; scripts/opensearch.sh stop; exit $$rc
+		scripts/gcs.sh stop; scripts/opensearch.sh stop; \
+		[ $$rc -eq 0 ] || scripts/failures.sh $(CACHE)/e2e.log; exit $$rc
 
 .PHONY: image
 image: ## build the release image without Docker (scratch layers, .cache/image) and load it into podman, installed when missing; scripts/image.sh run|demo runs it with a read-only root
