@@ -10,9 +10,10 @@ import (
 // Demand timing. A worker that announced a backlog of unknown size keeps
 // asking for everything for backlogHold, so a queue that runs dry between
 // two fetches does not hand partitions back and forth. One whose source
-// has had nothing for dryAfter asks for nothing, so peers with a backlog
-// get its share at once; when the source reports its lag (Lagger),
-// caughtUpAfter with no lag and nothing fetched is enough. A worker asks
+// reports its lag (Lagger) and has had no lag and nothing to fetch for
+// caughtUpAfter asks for its arrival rate, which is 0 once the arrivals
+// stopped; one whose source cannot tell, nothing after dryAfter, so peers
+// with a backlog get its share at once. A worker asks
 // to drain what waits for it within drainWithin, on top of its arrival
 // rate measured over arrivalWindow, or over fallWindow when that is below
 // fallShare of it (a drop of the arrivals is followed within fallWindow).
@@ -57,7 +58,15 @@ const (
 //     half the rate they were taken at (their units over two slices), up
 //     to the rate it holds, so that its leases do not all go back before
 //     the sends are out.
-//   - A worker whose source has run dry asks for nothing.
+//   - A worker that caught up (its source has nothing to fetch and no
+//     lag) asks for its arrival rate: live records that come in bursts
+//     leave it idle between them, and giving its partitions back there
+//     only to take the pool at the next burst would move them at every
+//     burst. When its arrivals have stopped (a drained backlog, a load's
+//     end) that rate is 0 within fallWindow; a backlog it drained is not
+//     counted as arrivals at all, so a bulk load's worker that ran dry
+//     asks for nothing at once. One whose source cannot tell its lag asks
+//     for nothing once the source has had nothing for dryAfter.
 //
 // The fetcher updates started and fetchingSince; the slice loop calls
 // estimate.
@@ -99,7 +108,11 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 	}
 	if since := d.fetchingSince.Load(); idle && since != 0 {
 		waited := now.Sub(time.Unix(0, since))
-		if waited >= dryAfter || (waited >= caughtUpAfter && d.lag != nil && d.lag() == 0) {
+		switch {
+		case waited >= caughtUpAfter && lag >= 0 && d.lag != nil && d.lag() == 0:
+			// Caught up: what keeps it so (see the list above).
+			return d.arrival(now, lag) * (1 + guard.Seconds())
+		case waited >= dryAfter:
 			return 0
 		}
 	}

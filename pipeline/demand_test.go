@@ -86,5 +86,38 @@ func TestDemandDryAndLeaseAhead(t *testing.T) {
 	require.True(t, math.IsInf(d.estimate(now, false, 0, 0, 0, 0, 0, true), 1), "leasing ahead")
 	d.started.Store(true)
 	d.fetchingSince.Store(now.Add(-dryAfter).UnixNano())
-	require.Zero(t, d.estimate(now, false, 0, 0, 0, 1000, 0, true), "dry for dryAfter")
+	require.Zero(t, d.estimate(now, false, 0, 0, -1, 1000, 0, true), "dry for dryAfter, lag unknown")
+}
+
+// A worker that caught up asks for its arrival rate while its fetch waits
+// between bursts of arrivals, and for nothing once they stopped; a backlog
+// it drained is no arrival.
+func TestDemandCaughtUp(t *testing.T) {
+	t.Parallel()
+	const slice = 200 * time.Millisecond
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := &demand{slice: slice, lag: func() int64 { return 0 }}
+	d.started.Store(true)
+	for range 10 { // 350 records every 250 ms, fetched at once: 1,400/s
+		now = now.Add(250 * time.Millisecond)
+		d.fetched.Add(350)
+		d.estimate(now, false, 350, 0, 0, 1400, 0, false)
+	}
+	d.fetchingSince.Store(now.UnixNano())
+	now = now.Add(caughtUpAfter)
+	require.InDelta(t, 1400, d.estimate(now, false, 0, 0, 0, 1400, 0, true), 100, "between two bursts")
+	now = now.Add(arrivalWindow)
+	require.Zero(t, d.estimate(now, false, 0, 0, 0, 1400, 0, true), "the arrivals stopped")
+
+	drained := &demand{slice: slice, lag: func() int64 { return 0 }}
+	drained.started.Store(true)
+	now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for lag := 2000.0; lag > 0; lag -= 200 { // a backlog drained at 1,000/s
+		now = now.Add(slice)
+		drained.fetched.Add(200)
+		drained.estimate(now, true, 200, lag, lag-200, 1000, 0, false)
+	}
+	drained.fetchingSince.Store(now.UnixNano())
+	now = now.Add(caughtUpAfter)
+	require.Zero(t, drained.estimate(now, false, 0, 0, 0, 1000, 0, true), "a drained backlog")
 }

@@ -25,8 +25,8 @@ const (
 	classPartitions = 200
 )
 
-// feeder appends records to a queue at rate records/s, every 10 ms, until
-// stopped; the rate may change while it runs.
+// feeder appends records to a queue at rate records/s, every 10 ms (or in
+// bursts, every period), until stopped; the rate may change while it runs.
 type feeder struct {
 	q     *memQueue
 	rate  atomic.Int64
@@ -35,8 +35,11 @@ type feeder struct {
 	done  chan struct{}
 }
 
-func feed(q *memQueue, rate int64) *feeder {
+func feed(q *memQueue, rate int64) *feeder { return feedEvery(q, rate, 10*time.Millisecond) }
+
+func feedEvery(q *memQueue, rate int64, period time.Duration) *feeder {
 	f := &feeder{q: q, stop: make(chan struct{}), done: make(chan struct{})}
+	every := max(int(period/(10*time.Millisecond)), 1)
 	f.rate.Store(rate)
 	go func() {
 		defer close(f.done)
@@ -50,6 +53,9 @@ func feed(q *memQueue, rate int64) *feeder {
 			case <-tick.C:
 			}
 			owed += float64(f.rate.Load()) / 100
+			if step%every != every-1 {
+				continue
+			}
 			n := int(owed)
 			owed -= float64(n)
 			if n > 0 {
@@ -85,13 +91,36 @@ func served(latencies []time.Duration, limit time.Duration) (share float64, p99 
 // 15 s of steady state the live worker delivers ≥ 0.99 of what arrives
 // within a second of its arrival, the backfill gets ≥ 0.95 of the
 // remaining 30 %, and no sliding second at the sink holds more than the
-// pool.
+// pool. Live records that arrive in bursts, four a second (a producer
+// that posts in batches, a fetch that waits for its records), cost the
+// backfill more: the arrival rate read over 2 s holds 8 or 9 bursts, and
+// partitions move as it wavers. The backfill gets ≥ 0.75 (0.80-0.94 in 8
+// runs), short of the steady case's 0.95. A caught-up live worker asks
+// for its arrival rate between the bursts; when it asked for nothing
+// there, it gave the pool back at every pause and took all of it at every
+// burst, and the backfill got 0.008.
 func TestLiveTrafficFirstBesideABackfill(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		period      time.Duration // live records arrive every period
+		minBackfill float64
+	}{
+		{"steady", 10 * time.Millisecond, 0.95},
+		{"in bursts every 250 ms", 250 * time.Millisecond, 0.75},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			liveTrafficFirst(t, tc.period, tc.minBackfill)
+		})
+	}
+}
+
+func liveTrafficFirst(t *testing.T, period time.Duration, minBackfill float64) {
 	synctest.Test(t, func(t *testing.T) {
 		w, liveQ, bulkW, live, bulk := liveBesideBackfill(t, "shared")
 		const liveRate = classCapacity * 7 / 10
-		f := feed(liveQ, liveRate)
+		f := feedEvery(liveQ, liveRate, period)
 
 		time.Sleep(5 * time.Second) // settle
 		from, bulkFrom := time.Now(), delivered(bulkW)
@@ -110,7 +139,7 @@ func TestLiveTrafficFirstBesideABackfill(t *testing.T) {
 			span, share, p99.Round(time.Millisecond), float64(bulkTo-bulkFrom)/span, bulkShare, classCapacity-liveRate, most, classCapacity)
 		t.Log("units per second:", w.series(time.Second))
 		require.GreaterOrEqual(t, share, 0.99, "the high class is served first")
-		require.GreaterOrEqual(t, bulkShare, 0.95, "the low class gets what the high one leaves")
+		require.GreaterOrEqual(t, bulkShare, minBackfill, "the low class gets what the high one leaves")
 		require.LessOrEqual(t, most, int64(classCapacity), "the sink's sliding second")
 		require.Empty(t, liveQ.reasons())
 	})
