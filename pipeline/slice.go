@@ -14,10 +14,11 @@ import (
 // intervals across it, not as one burst at its start, so the busiest
 // 200 ms at the sink holds about one slice's budget and bursts of several
 // workers do not align. A window's excess is about one send per worker at
-// each of its edges: at 20 sends two workers at 500 records/s each put up
-// to 218-220 records in a sliding 200 ms at the sink (1.09-1.10 slices),
-// at 40 sends 209-213 (TestSinkSideSecondHoldsWithDefaults, traced).
-const sendsPerSlice = 40
+// each of its edges: two workers at 500 records/s each put up to 218-220
+// records in a sliding 200 ms at the sink (1.09-1.10 slices; 209-213 at
+// 40 sends, which doubles the requests, and their CPU cost the live-first
+// end-to-end case a few points of its share on a 2-core machine).
+const sendsPerSlice = 20
 
 // idleWait bounds how long an idle pipeline waits for a record before it
 // looks at its retries and demand again.
