@@ -110,8 +110,9 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 		waited := now.Sub(time.Unix(0, since))
 		switch {
 		case waited >= caughtUpAfter && lag >= 0 && d.lag != nil && d.lag() == 0:
-			// Caught up: what keeps it so (see the list above).
-			return d.arrival(now, lag) * (1 + guard.Seconds())
+			// Caught up: what keeps it so, which is never more than it
+			// holds (see the list above).
+			return min(d.arrival(now, lag)*(1+guard.Seconds()), leased)
 		case waited >= dryAfter:
 			return 0
 		}
