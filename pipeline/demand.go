@@ -59,10 +59,12 @@ const (
 //     to the rate it holds, so that its leases do not all go back before
 //     the sends are out.
 //   - A worker that caught up (its source has nothing to fetch and no
-//     lag) asks for its arrival rate: live records that come in bursts
-//     leave it idle between them, and giving its partitions back there
-//     only to take the pool at the next burst would move them at every
-//     burst. When its arrivals have stopped (a drained backlog, a load's
+//     lag) asks for its arrival rate, never more than it holds (it keeps
+//     up with that, and a wavering estimate would take partitions at
+//     every rise while small falls wait for a keep-alive). Live records
+//     that come in bursts leave it idle between them, and giving its
+//     partitions back there only to take the pool at the next burst would
+//     move them at every burst. When its arrivals have stopped (a load's
 //     end) that rate is 0 within fallWindow; a backlog it drained is not
 //     counted as arrivals at all, so a bulk load's worker that ran dry
 //     asks for nothing at once. One whose source cannot tell its lag asks
