@@ -12,10 +12,10 @@ import (
 // two fetches does not hand partitions back and forth. One whose source
 // reports its lag (Lagger) and has had no lag and nothing to fetch for
 // caughtUpAfter asks for its arrival rate, which is 0 once the arrivals
-// stopped; one whose source cannot tell, nothing after dryAfter, so peers
-// with a backlog get its share at once. A worker asks
-// to drain what waits for it within drainWithin, on top of its arrival
-// rate measured over arrivalWindow, or over fallWindow when that is below
+// stopped; one whose source cannot tell asks for nothing after dryAfter,
+// so peers with a backlog get its share at once. A worker asks to drain
+// what waits for it within drainWithin, on top of its arrival rate
+// measured over arrivalWindow, or over fallWindow when that is below
 // fallShare of it (a drop of the arrivals is followed within fallWindow).
 const (
 	backlogHold   = time.Second

@@ -244,9 +244,8 @@ type Worker struct {
 
 // New checks cfg, fills its defaults and builds the worker. The consumer
 // joins the group when Run starts; call Run (or Close) so that it is
-// closed. Errors
-// about cfg wrap ErrConfig, lease.ErrInvalidPool or lease.ErrInvalidConfig
-// and name the field.
+// closed. Errors about cfg wrap ErrConfig, lease.ErrInvalidPool or
+// lease.ErrInvalidConfig and name the field.
 func New(cfg Config) (_ *Worker, err error) {
 	cfg, err = cfg.withDefaults()
 	switch {
