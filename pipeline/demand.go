@@ -111,7 +111,7 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 	if since := d.fetchingSince.Load(); idle && since != 0 {
 		waited := now.Sub(time.Unix(0, since))
 		switch {
-		case waited >= caughtUpAfter && lag >= 0 && d.lag != nil && d.lag() == 0:
+		case waited >= caughtUpAfter && lag == 0: // lag is -1 when the source cannot tell
 			// Caught up: what keeps it so, which is never more than it
 			// holds (see the list above).
 			return min(d.arrival(now, lag)*(1+guard.Seconds()), leased)

@@ -405,11 +405,8 @@ func (s *Source) commit(ctx context.Context) error {
 		// kafka-go commits Offset+1: the next offset to read.
 		msgs[i] = kafka.Message{Topic: c.topic, Partition: c.partition, Offset: c.offset - 1}
 	}
-	r := s.reader()
-	if r == nil {
-		return fmt.Errorf("commit offsets of group %q on topic %q: the source is closed", s.cfg.Group, s.cfg.Topic)
-	}
-	if err := r.CommitMessages(ctx, msgs...); err != nil {
+	// What is committable was fetched, so the reader exists.
+	if err := s.reader().CommitMessages(ctx, msgs...); err != nil {
 		return fmt.Errorf("commit offsets of group %q on topic %q: %w", s.cfg.Group, s.cfg.Topic, err)
 	}
 	for _, c := range commits {
