@@ -296,6 +296,7 @@ type quotaAPI struct {
 
 	mu        sync.Mutex
 	start     time.Time
+	first     time.Time // when the first answer was written
 	window    ingest.Window // requests admitted in the last second
 	stored    map[string]bool
 	throttled int
@@ -309,6 +310,9 @@ func newQuotaAPI(t *testing.T, limit int64, policy string) *quotaAPI {
 		id := strings.TrimPrefix(r.URL.Path, "/items/")
 		a.mu.Lock()
 		defer a.mu.Unlock()
+		if a.first.IsZero() {
+			a.first = time.Now()
+		}
 		at := time.Since(a.start)
 		if a.window.Sum(at)+1 > a.limit {
 			a.throttled++
@@ -330,7 +334,8 @@ func newQuotaAPI(t *testing.T, limit int64, policy string) *quotaAPI {
 
 // Issue 28: a REST API that announces `RateLimit-Policy: 500;w=1` in its
 // answers. A bulk load with --capacity sink starts at a token rate, and
-// from the first answer on the pool's capacity is 500 records/s; the
+// from the first answer on the pool's capacity is 500 records/s (in force
+// within a second and lease.ProbeLead of it, the raise's switch); the
 // busiest second at the API holds at most 500 and the API throttles
 // nothing. Every record is stored once.
 func TestCapacityFromARESTAPIsRateLimitPolicy(t *testing.T) {
@@ -343,8 +348,15 @@ func TestCapacityFromARESTAPIsRateLimitPolicy(t *testing.T) {
 	require.Eventually(t, func() bool { return e.poolCapacity() == 500 }, 30*time.Second, 50*time.Millisecond, "the pool takes the API's limit")
 	learnt := time.Since(began)
 	st := e.pool()
-	t.Logf("capacity 500 after %s: %s", learnt.Round(time.Millisecond), st.Pool.CapacityLine())
+	require.NotNil(t, st.Pool.Switch, "a raise takes effect at a switch instant")
+	api.mu.Lock()
+	fromFirst := st.Pool.Switch.At.Sub(api.first)
+	api.mu.Unlock()
+	t.Logf("capacity 500 after %s, in force %s after the API's first answer: %s", learnt.Round(time.Millisecond), fromFirst.Round(time.Millisecond), st.Pool.CapacityLine())
 	require.Equal(t, "capacity 500 records/s (from the REST API "+api.srv.URL+"/items/{…}: RateLimit-Policy 500;w=1)", st.Pool.CapacityLine())
+	// From the first answer: the reader asks for the pool's turn at once
+	// (at most once a second) and a raise switches lease.ProbeLead ahead.
+	require.LessOrEqual(t, fromFirst, time.Second+lease.ProbeLead, "in force from the first answer on")
 	code, ok := load.wait(2 * time.Minute)
 	require.True(t, ok, "the load did not finish")
 	require.Zero(t, code)
