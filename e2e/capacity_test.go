@@ -296,7 +296,7 @@ type quotaAPI struct {
 
 	mu        sync.Mutex
 	start     time.Time
-	first     time.Time // when the first answer was written
+	first     time.Time     // when the first answer was written
 	window    ingest.Window // requests admitted in the last second
 	stored    map[string]bool
 	throttled int
