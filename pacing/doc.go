@@ -47,8 +47,8 @@
 // machine made late from landing beside the next slice's first sends, which
 // the sink would see as a busier 200 ms (one worker's sends reached 1.065
 // slices in a sliding 200 ms without it, TestSinkSideSecondHoldsWithSeveralWorkers).
-// A send costing more than a slice is a lump whatever the pacer does: the
-// account alone bounds it.
+// A send costing more than a slice goes once no send is left in the Slice
+// before it.
 //
 // # Judged at the sink
 //

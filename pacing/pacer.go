@@ -432,16 +432,16 @@ func (p *Pacer) allowance(now time.Time) time.Duration {
 // sent over the last Slice within that Slice's credit (and sliceSlack):
 // whatever held its earlier sends back, the sends of any sliding Slice
 // hold at most 1.05 slices of its rate, never a lump of a late slice and
-// the start of the next. A send costing more than a slice of rate r is a
-// lump whatever the pacer does: the account alone bounds it. p.mu is held.
+// the start of the next. A send costing more than a slice of rate r needs
+// a Slice with no send before it. p.mu is held.
 func (p *Pacer) fitsSlice(now time.Time, r float64, units int64) bool {
-	if float64(units) > r*p.slice.Seconds() {
-		return true
-	}
 	from := now.Add(-p.slice)
 	var recent int64
 	for i := len(p.spends) - 1; i >= 0 && p.spends[i].at.After(from); i-- {
 		recent += p.spends[i].units
+	}
+	if recent == 0 && float64(units) > r*p.slice.Seconds() {
+		return true
 	}
 	return float64(recent+units) <= p.credit(from, now, now, r)*(1+sliceSlack)+epsilon
 }
