@@ -40,16 +40,6 @@
 // rate raises it from the next slice; the first rate after none starts
 // with a full bucket, so leases just taken are used in the same slice.
 //
-// The same bound holds over every sliding Slice, with 5 % of slack: the
-// units a send leaves in the Slice before it are at most 1.05 × the
-// integral of the worker's rate over that Slice. The slices' own budgets
-// keep a steady flow within it; the bound stops a slice whose sends a busy
-// machine made late from landing beside the next slice's first sends, which
-// the sink would see as a busier 200 ms (one worker's sends reached 1.065
-// slices in a sliding 200 ms without it, TestSinkSideSecondHoldsWithSeveralWorkers).
-// A send costing more than a slice goes once no send is left in the Slice
-// before it.
-//
 // # Judged at the sink
 //
 // A throttled service counts a request when it accepts it, somewhere

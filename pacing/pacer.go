@@ -306,7 +306,7 @@ func (p *Pacer) Spend(ctx context.Context, units int64) (ingest.Send, error) {
 		r := p.capped(p.rate(now))
 		// p.room(now, now, r), without a second pass over the account:
 		// every send left in it after the prune is held at now.
-		if float64(units) <= p.credit(now.Add(-p.window), now, now, r)-float64(inAccount)+epsilon && p.fitsSlice(now, r, units) {
+		if float64(units) <= p.credit(now.Add(-p.window), now, now, r)-float64(inAccount)+epsilon {
 			s := p.record(now, units)
 			if !held.IsZero() {
 				p.stats.Held++
@@ -428,43 +428,12 @@ func (p *Pacer) allowance(now time.Time) time.Duration {
 	return min(max(lat[(n*9+9)/10-1], p.guard), p.window)
 }
 
-// fitsSlice reports whether units sent at now keep the units this worker
-// sent over the last Slice within that Slice's credit (and sliceSlack):
-// whatever held its earlier sends back, the sends of any sliding Slice
-// hold at most 1.05 slices of its rate, never a lump of a late slice and
-// the start of the next. A send costing more than a slice of rate r needs
-// a Slice with no send before it. p.mu is held.
-func (p *Pacer) fitsSlice(now time.Time, r float64, units int64) bool {
-	from := now.Add(-p.slice)
-	var recent int64
-	for i := len(p.spends) - 1; i >= 0 && p.spends[i].at.After(from); i-- {
-		recent += p.spends[i].units
-	}
-	if recent == 0 && float64(units) > r*p.slice.Seconds() {
-		return true
-	}
-	return float64(recent+units) <= p.credit(from, now, now, r)*(1+sliceSlack)+epsilon
-}
-
-// sliceSlack is the share of a slice's credit the sends of a sliding slice
-// may hold beyond it: room for one of the pipeline's 20 sends of a slice
-// that a busy machine sent late beside the next slice's first, so that a
-// slice running a little behind its grid is not held send by send.
-const sliceSlack = 0.05
-
 // nextRoom is when the account may next have room for units: the next
-// answered send leaving it or the oldest of the last Slice's sends leaving
-// that Slice, or the credit growing enough at rate r, whichever comes
-// first (within a slice; sends in flight leave only after their answers,
-// which wake Spend on their own). p.mu is held.
+// answered send leaving it, or the credit growing enough at rate r,
+// whichever comes first (within a slice; sends in flight leave only after
+// their answers, which wake Spend on their own). p.mu is held.
 func (p *Pacer) nextRoom(now time.Time, r float64, units int64) time.Time {
 	next := now.Add(p.slice)
-	for _, s := range p.spends {
-		if end := s.at.Add(p.slice); end.After(now) {
-			next = minTime(next, end)
-			break
-		}
-	}
 	if r > 0 {
 		short := float64(units) - p.room(now, now, r)
 		next = minTime(next, now.Add(max(time.Duration(short/r*float64(time.Second)), time.Millisecond)))
