@@ -142,6 +142,10 @@ func (e *env) start(name string, args ...string) *proc {
 	e.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-p.done
+		if dir := os.Getenv("SLUICE_E2E_KEEP_LOGS"); dir != "" {
+			data, _ := os.ReadFile(logPath)
+			_ = os.WriteFile(filepath.Join(dir, name+".log"), data, 0o600)
+		}
 		if e.t.Failed() {
 			data, _ := os.ReadFile(logPath)
 			lines := strings.Split(strings.TrimSpace(string(data)), "\n")

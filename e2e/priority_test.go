@@ -167,6 +167,8 @@ func TestLiveTrafficFirstBesideABulkLoad(t *testing.T) {
 		p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond))
 	t.Logf("bulk load: %d records in %.1f s (first fetch to last acknowledgement) = %.0f records/s = %.3f of the %d left; busiest second at the sink %d of %d",
 		sum.RecordsDelivered, sum.ElapsedS, bulkRate, bulkRate/(capacity-liveRate), capacity-liveRate, st2.MaxUnits1s, capacity)
+	t.Logf("bulk load: answers within %.1f ms (p99); slices planned for a guard of %.1f ms at the end (%.1f ms at least)",
+		sum.LatencyP99MS, sum.GuardFinalMS, sum.GuardMinMS)
 	require.EqualValues(t, bulkRows, sum.RecordsDelivered)
 	require.LessOrEqual(t, p(0.99), 2*time.Second, "live p99 within 2 s of the post")
 	require.GreaterOrEqual(t, bulkRate, 0.9*(capacity-liveRate), "the bulk load gets what the live traffic leaves")

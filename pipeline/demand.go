@@ -15,8 +15,10 @@ import (
 // stopped; one whose source cannot tell asks for nothing after dryAfter,
 // so peers with a backlog get its share at once. A worker asks to drain
 // what waits for it within drainWithin, on top of its arrival rate
-// measured over arrivalWindow, or over fallWindow when that is below
-// fallShare of it (a drop of the arrivals is followed within fallWindow).
+// measured over arrivalWindow, or over fallWindow when that has been
+// below fallShare of it for fallConfirm (a drop of the arrivals is
+// followed within fallWindow + fallConfirm; a pause shorter than that is
+// not, see arrival).
 const (
 	backlogHold   = time.Second
 	dryAfter      = 200 * time.Millisecond
@@ -25,6 +27,7 @@ const (
 	arrivalWindow = 2 * time.Second
 	fallWindow    = 500 * time.Millisecond
 	fallShare     = 0.75
+	fallConfirm   = 300 * time.Millisecond
 )
 
 // demand estimates what a worker asks of its pool (Capacity.SetDemand):
@@ -44,8 +47,9 @@ const (
 //     fetched or still waits in the queue, so neither a backlog drained
 //     after a stall nor the slices' rhythm (a second holds five or six
 //     slices' sends) is taken for arrivals. When the last fallWindow's
-//     arrivals are below fallShare of that, they are the rate: a drop
-//     gives capacity back within half a second, noise does not.
+//     arrivals have been below fallShare of that for fallConfirm, they
+//     are the rate: a drop gives capacity back within a second, noise
+//     and short pauses do not.
 //   - A worker that keeps up (every record fetched fitted its slice's
 //     budget) counts what waits only beyond two slices at its arrival
 //     rate (records on their way from the queue, a fetch or two, are not
@@ -86,6 +90,7 @@ type demand struct {
 	drained     bool        // slice loop only: the backlog of peak is gone (asked for one slice more)
 	recent      recentUnits // units sent in the last second
 	notes       []arrivals  // slice loop only: the estimates of the last arrivalWindow, oldest first
+	falling     time.Time   // slice loop only: since when the arrivals of the last fallWindow are below fallShare; zero when they are not
 }
 
 // arrivals is what the source had given and still held at an instant:
@@ -169,8 +174,18 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 // its queue) and returns the units/s that arrived since the latest note at
 // or before arrivalWindow ago (the oldest, when the worker has not been
 // counting that long; 0 with no earlier note), or, when the arrivals of
-// the last fallWindow are below fallShare of that, theirs: a long window
-// keeps the estimate steady, and a drop shows within fallWindow.
+// the last fallWindow have been below fallShare of that at every note of
+// the last fallConfirm, theirs: a long window keeps the estimate steady,
+// and a drop shows within fallWindow + fallConfirm. Producers that pause
+// (a process descheduled on a busy host, a client that retries) deliver
+// nothing for a few hundred milliseconds and then the pause's records at
+// once. Believed at once, such a pause gave the worker's partitions to
+// a lower class, and the burst after it took them back and more, to
+// drain what waited meanwhile: each move idles the partitions moved for
+// about a slice, and the lower class lost most of what the higher one
+// left it (TestLiveTrafficFirstBesideABulkLoad, e2e: 0.64 and 0.86 of
+// its share with producers paused by a duty-cycled CPU hog, 0.92 with
+// the confirmation).
 func (d *demand) arrival(now time.Time, lag float64) float64 {
 	from := now.Add(-arrivalWindow)
 	drop := 0
@@ -194,10 +209,18 @@ func (d *demand) arrival(now time.Time, lag float64) float64 {
 		}
 		recent = n
 	}
-	if short := since(recent); recent.at.After(d.notes[0].at) && short < fallShare*long {
-		return short
+	short := since(recent)
+	if !recent.at.After(d.notes[0].at) || short >= fallShare*long {
+		d.falling = time.Time{}
+		return long
 	}
-	return long
+	if d.falling.IsZero() {
+		d.falling = now
+	}
+	if now.Sub(d.falling) < fallConfirm {
+		return long
+	}
+	return short
 }
 
 // recentUnits sums the units sent in the last second.

@@ -121,3 +121,41 @@ func TestDemandCaughtUp(t *testing.T) {
 	now = now.Add(caughtUpAfter)
 	require.Zero(t, drained.estimate(now, false, 0, 0, 0, 1000, 0, true), "a drained backlog")
 }
+
+// Producers that pause for two slices and then deliver the pause's
+// records at once leave a caught-up worker's demand at its arrival rate,
+// so its partitions do not go to a lower class and come back; a drop
+// that lasts is followed within fallWindow + fallConfirm. Without the
+// confirmation the demand fell to 933 in the pause's first slice.
+func TestDemandRidesOutAPause(t *testing.T) {
+	t.Parallel()
+	const slice = 200 * time.Millisecond
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := &demand{slice: slice, lag: func() int64 { return 0 }}
+	d.started.Store(true)
+	step := func(fetched int64) float64 { // one slice in which fetched units came
+		now = now.Add(slice)
+		d.fetched.Add(fetched)
+		if fetched == 0 { // the fetch waited the whole slice
+			d.fetchingSince.Store(now.Add(-slice).UnixNano())
+			return d.estimate(now, false, 0, 0, 0, 1400, 0, true)
+		}
+		d.fetchingSince.Store(0)
+		return d.estimate(now, false, fetched, 0, 0, 1400, 0, false)
+	}
+	for range 15 { // 1,400/s for 3 s
+		step(280)
+	}
+	// The arrival rate over arrivalWindow: 2 s with one slice of the
+	// pause, then two.
+	require.InDelta(t, 1260, step(0), 1, "the pause's first slice")
+	require.InDelta(t, 1120, step(0), 1, "its second")
+	require.InDelta(t, 1400, step(840), 1, "the pause's records and the slice's")
+	require.InDelta(t, 1400, step(280), 1, "after it")
+	fell := 0
+	for got := 1400.0; got > 700; fell++ { // 280/s from here
+		require.Less(t, fell, int((fallWindow+fallConfirm)/slice), "the drop not followed within fallWindow + fallConfirm")
+		got = step(56)
+	}
+	t.Logf("a drop to 280/s followed in %d slices", fell)
+}
