@@ -240,7 +240,7 @@ func (c *Controller) sinkMoved(ctx context.Context) bool {
 // returns the ms until the next turn is due by ARGV[3], the interval. A
 // clock that differs between hosts only shifts the cadence: every
 // decision is written with a compare-and-set (UpdatePool).
-var turnScript = redis.NewScript(`
+var turnScript = newScript(`
 local now = tonumber(ARGV[4])
 local last = tonumber(redis.call('HGET', KEYS[1], 'decided') or '0')
 local gap = tonumber(ARGV[2])

@@ -179,7 +179,7 @@ func UpdatePool(ctx context.Context, client redis.UniversalClient, prefix, name 
 // ARGV[1] if there is none; with ARGV[3] = "1" (the caller has demand) it
 // also keeps the key alive for ARGV[2] ms, so it expires, and the ramp
 // starts over, once the pool has been idle that long.
-var rampEpochScript = redis.NewScript(`
+var rampEpochScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then
   if ARGV[3] ~= '1' then return false end

@@ -73,6 +73,7 @@ type Manager struct {
 	annAt        time.Time               // when it was published; zero: never
 	annEvery     time.Duration           // the keep-alive period it was published with
 	stored       []string                // per client, the encoded announcement it stores; "" unknown
+	earliest     []time.Time             // per client, the earliest member expiry its last sweep saw; zero: sweep at the next announcement
 	writtenAt    time.Time               // when an announcement was last written whole
 	keysAt       time.Time               // when the membership keys' TTLs were last refreshed
 	seenMembers  []int64                 // per client, the members version peers were read at; -1 unknown
@@ -157,6 +158,7 @@ func New(cfg Config, clients ...redis.UniversalClient) (*Manager, error) {
 		backlog:     -1,
 		seenMembers: unknownVersions(len(clients)),
 		stored:      make([]string, len(clients)),
+		earliest:    make([]time.Time, len(clients)),
 		seenDef:     unknownVersions(len(clients)),
 		reportedDef: unknownVersions(len(clients)),
 	}, nil

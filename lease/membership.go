@@ -17,8 +17,10 @@ import (
 // its announcement expires (clock differences between hosts shift a
 // vanished worker's expiry by as much; the leases do not depend on it); the hash {prefix}:{pool}:ann holds the
 // announcements. A worker announces with one script call when what the
-// fair share reads changes, and again every KeepAlive to stay live. Every
-// announcement also removes the members whose instant has passed. A
+// fair share reads changes, and again every KeepAlive to stay live. An
+// announcement also removes the members whose instant has passed, when
+// the earliest instant it last saw has passed (before that none can
+// have: an instant only moves later). A
 // change of the members (an announcement that changes, a new member, one
 // removed as expired, a withdrawal) increments the counter
 // {prefix}:{pool}:mver and is published on the channel
@@ -30,8 +32,8 @@ import (
 
 // announceScript makes worker ARGV[1] live for ARGV[3] ms from ARGV[7]
 // (the worker's clock, Unix ms), writes ARGV[2] as its announcement when
-// ARGV[9] is "1" or the member is new, and removes the members whose
-// instant passed. A rewrite that finds other fair-share fields stored
+// ARGV[9] is "1" or the member is new, and, when ARGV[11] is "1", removes
+// the members whose instant passed. A rewrite that finds other fair-share fields stored
 // than it writes (want, reservation, need, class, weight: Redis lost or
 // rolled back a write) counts as a change. When ARGV[4] is "1" (the fair-share fields changed), the member
 // is new and ARGV[8] is "1" (it wants partitions), or some were removed,
@@ -41,10 +43,12 @@ import (
 // refreshes that now and then, not at every keep-alive). A PUBLISH the ACL
 // refuses (a user without channel rights) is ignored: peers then learn of
 // changes from the versions. It returns {members version, definition
-// version (KEYS[4], 0 if unset), members removed}. A keep-alive costs the
-// server four commands (the script's call, ZADD, ZRANGEBYSCORE, and MGET
-// of the versions), and HGET and HSET when it writes.
-var announceScript = redis.NewScript(`
+// version (KEYS[4], 0 if unset), members removed, the earliest instant
+// of the members left (-1 when it did not look)}. A keep-alive costs the
+// server three commands (the script's call, ZADD, and MGET of the
+// versions), one more (ZRANGEBYSCORE) when it removes the expired, and
+// HGET and HSET when it writes.
+var announceScript = newScript(`
 local function share(v)
   local f = {}
   for x in string.gmatch(v, '%S+') do f[#f + 1] = x end
@@ -61,10 +65,24 @@ if new or ARGV[9] == '1' then
   end
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 end
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-for _, w in ipairs(dead) do
-  redis.call('ZREM', KEYS[1], w)
-  redis.call('HDEL', KEYS[2], w)
+local dead, first = {}, -1
+if ARGV[11] == '1' then
+  first = 0
+  repeat
+    local batch = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', #dead, 16)
+    for i = 1, #batch, 2 do
+      local at = tonumber(batch[i + 1])
+      if at > now then
+        first = at
+        break
+      end
+      dead[#dead + 1] = batch[i]
+    end
+  until first > 0 or #batch < 32
+  for _, w in ipairs(dead) do
+    redis.call('ZREM', KEYS[1], w)
+    redis.call('HDEL', KEYS[2], w)
+  end
 end
 local v
 if changed or #dead > 0 then
@@ -77,14 +95,14 @@ if new or ARGV[10] == '1' then
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
-return {v or tonumber(vs[1] or '0'), tonumber(vs[2] or '0'), #dead}
+return {v or tonumber(vs[1] or '0'), tonumber(vs[2] or '0'), #dead, first}
 `)
 
 // withdrawScript removes worker ARGV[1] and, when ARGV[3] is "1" (it
 // wanted partitions), increments KEYS[3] and publishes on ARGV[2]. A
 // member that wants nothing changes no share, so its arrival and departure
 // are not announced; peers see them at their next read.
-var withdrawScript = redis.NewScript(`
+var withdrawScript = newScript(`
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 if ARGV[3] == '1' then
@@ -97,7 +115,7 @@ return 1
 // membersScript returns {members version, worker, announcement, worker,
 // announcement, ...} for the members whose instant is after ARGV[1] (Unix
 // ms).
-var membersScript = redis.NewScript(`
+var membersScript = newScript(`
 local now = tonumber(ARGV[1])
 local out = {redis.call('GET', KEYS[3]) or '0'}
 local ws = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
@@ -202,27 +220,33 @@ func decodeAnnouncement(v string) (announcement, error) {
 type versions struct {
 	members, def int64
 	removed      int64
+	earliest     time.Time // the earliest expiry of the members left; zero when not looked for
 }
 
 // announceWrite says what an announcement call does beside keeping the
 // member live and removing expired ones: its fair-share fields changed
-// (changed), the encoded announcement is to be written (write), and the
-// keys' TTLs are due a refresh (refresh).
-type announceWrite struct{ changed, write, refresh bool }
+// (changed), the encoded announcement is to be written (write), the
+// keys' TTLs are due a refresh (refresh), and the expired members are to
+// be removed (sweep).
+type announceWrite struct{ changed, write, refresh, sweep bool }
 
 // announce publishes worker's announcement a, encoded as enc, live for
 // ttl.
 func announce(ctx context.Context, c redis.UniversalClient, k keys, worker string, a announcement, enc string, ttl time.Duration, w announceWrite) (versions, error) {
 	res, err := announceScript.Run(ctx, c, []string{k.live(), k.announcements(), k.membersVersion(), k.defVersion()},
 		worker, enc, ttl.Milliseconds(), boolArg(w.changed), k.changes(), membersKeyTTL.Milliseconds(), time.Now().UnixMilli(),
-		boolArg(a.wants()), boolArg(w.write), boolArg(w.refresh)).Int64Slice()
+		boolArg(a.wants()), boolArg(w.write), boolArg(w.refresh), boolArg(w.sweep)).Int64Slice()
 	if err != nil {
 		return versions{}, err
 	}
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return versions{}, fmt.Errorf("lease: announce answered %v", res)
 	}
-	return versions{members: res[0], def: res[1], removed: res[2]}, nil
+	v := versions{members: res[0], def: res[1], removed: res[2]}
+	if res[3] > 0 {
+		v.earliest = time.UnixMilli(res[3])
+	}
+	return v, nil
 }
 
 // withdraw removes worker, whose last announcement was last, from the
@@ -277,13 +301,18 @@ func (m *Manager) announce(ctx context.Context, a announcement, changed bool) {
 	refresh := m.keysAt.IsZero() || !start.Before(m.keysAt.Add(membersKeyRefresh))
 	got := make([]*versions, len(m.clients))
 	n := m.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) error {
-		w := announceWrite{changed: changed, write: periodic || m.stored[i] == "" || (changed && m.stored[i] != enc), refresh: refresh}
+		w := announceWrite{changed: changed, write: periodic || m.stored[i] == "" || (changed && m.stored[i] != enc), refresh: refresh,
+			sweep: !start.Before(m.earliest[i])}
 		v, err := announce(ctx, c, m.keys, m.cfg.WorkerID, a, enc, ttl, w)
 		if err != nil {
 			m.stored[i] = "" // unknown: written again next time
+			m.earliest[i] = time.Time{}
 			return err
 		}
 		got[i] = &v
+		if w.sweep {
+			m.earliest[i] = v.earliest
+		}
 		if w.write {
 			m.stored[i] = enc
 		}

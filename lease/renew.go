@@ -67,7 +67,7 @@ end
 // one call renews all of a worker's due leases on one Redis, as redsync's
 // extend does for one. The server counts about 2 + n commands for n leases
 // (2n with a GET each).
-var extendScript = redis.NewScript(ownedLua + `
+var extendScript = newScript(ownedLua + `
 local ttl = ARGV[#KEYS + 1]
 local own, out = owned(), {}
 for k = 1, #KEYS do
@@ -81,7 +81,7 @@ return out
 // leases on one Redis, as redsync's unlock does for one, for about 3
 // commands as the server counts them (the call, MGET and DEL) where
 // redsync's costs 3 per lease.
-var releaseScript = redis.NewScript(ownedLua + `
+var releaseScript = newScript(ownedLua + `
 local own, del, n = owned(), {}, 0
 for k = 1, #KEYS do
   if own[k] then del[#del + 1] = KEYS[k] end
