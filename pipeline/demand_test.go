@@ -96,8 +96,7 @@ func TestDemandCaughtUp(t *testing.T) {
 	t.Parallel()
 	const slice = 200 * time.Millisecond
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	d := &demand{slice: slice, lag: func() int64 { return 0 }}
-	d.started.Store(true)
+	d := startedDemand(slice)
 	for range 10 { // 350 records every 250 ms, fetched at once: 1,400/s
 		now = now.Add(250 * time.Millisecond)
 		d.fetched.Add(350)
@@ -109,8 +108,7 @@ func TestDemandCaughtUp(t *testing.T) {
 	now = now.Add(arrivalWindow)
 	require.Zero(t, d.estimate(now, false, 0, 0, 0, 1400, 0, true), "the arrivals stopped")
 
-	drained := &demand{slice: slice, lag: func() int64 { return 0 }}
-	drained.started.Store(true)
+	drained := startedDemand(slice)
 	now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for lag := 2000.0; lag > 0; lag -= 200 { // a backlog drained at 1,000/s
 		now = now.Add(slice)
@@ -131,8 +129,7 @@ func TestDemandRidesOutAPause(t *testing.T) {
 	t.Parallel()
 	const slice = 200 * time.Millisecond
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	d := &demand{slice: slice, lag: func() int64 { return 0 }}
-	d.started.Store(true)
+	d := startedDemand(slice)
 	step := func(fetched int64) float64 { // one slice in which fetched units came
 		now = now.Add(slice)
 		d.fetched.Add(fetched)
@@ -158,4 +155,12 @@ func TestDemandRidesOutAPause(t *testing.T) {
 		got = step(56)
 	}
 	t.Logf("a drop to 280/s followed in %d slices", fell)
+}
+
+// startedDemand is the demand of a worker that fetched its first record,
+// from a source that reports its lag (none).
+func startedDemand(slice time.Duration) *demand {
+	d := &demand{slice: slice, lag: func() int64 { return 0 }}
+	d.started.Store(true)
+	return d
 }
