@@ -216,9 +216,13 @@
 // times less often while it wants and holds nothing (an idle member
 // changes no share by coming or going); each is one script call, which
 // rewrites the announcement when its share changed and otherwise once per
-// MemberTTL, and the keys' 24-hour TTLs once an hour, so that most
-// keep-alives cost the server four commands (the call, ZADD,
-// ZRANGEBYSCORE, MGET). A change is published on the pool's channel; peers
+// MemberTTL, and the keys' 24-hour TTLs once an hour, and removes the
+// members whose announcement expired only once the earliest expiry it
+// last saw has passed, so that most keep-alives cost the server three
+// commands (the call, ZADD, MGET), and one in three or so a fourth
+// (ZRANGEBYSCORE). Each script goes whole (EVAL) on a client's first
+// call and by its SHA1 after, and an acquire tries at most 4 locks at
+// once, each on a pooled connection that cost a HELLO when it opened. A change is published on the pool's channel; peers
 // subscribed to it read the members (one script call, whatever their
 // number) only then, and at least every 30 s as a safety net. Each
 // keep-alive answers with the members' and the definition's change
@@ -230,9 +234,11 @@
 // leases cost one extend call per Redis per RenewEvery, however many it
 // holds; the server executes two commands per lease inside it (GET,
 // PEXPIRE). As the server counts them, scripts' inner calls included,
-// an idle worker costs about 1.2-1.4 commands/s with the defaults, and three
-// workers draining a pool of 2,000 records/s on 20 partitions about 9
-// commands per 1,000 records (TestBudgetRedisCommands holds both).
+// an idle worker costs about 1.1-1.3 commands/s with the defaults, and three
+// workers draining a pool of 2,000 records/s on 20 partitions about 6.5
+// commands per 1,000 records once running, 9.7 for a 30 s job with its
+// start-up and shutdown (TestBudgetRedisCommands holds the first two,
+// bench scenario 10 measures all three).
 //
 // # Redis keys
 //
