@@ -125,7 +125,11 @@ func (e *env) start(name string, args ...string) *proc {
 	e.t.Helper()
 	bin, err := filepath.Abs(binary)
 	require.NoError(e.t, err)
-	logPath := filepath.Join(e.t.TempDir(), name+".log")
+	dir := os.Getenv("SLUICE_E2E_KEEP_LOGS") // the logs outlive the test there
+	if dir == "" {
+		dir = e.t.TempDir()
+	}
+	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	require.NoError(e.t, err)
 	cmd := exec.Command(bin, args...)
@@ -142,10 +146,6 @@ func (e *env) start(name string, args ...string) *proc {
 	e.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-p.done
-		if dir := os.Getenv("SLUICE_E2E_KEEP_LOGS"); dir != "" {
-			data, _ := os.ReadFile(logPath)
-			_ = os.WriteFile(filepath.Join(dir, name+".log"), data, 0o600)
-		}
 		if e.t.Failed() {
 			data, _ := os.ReadFile(logPath)
 			lines := strings.Split(strings.TrimSpace(string(data)), "\n")

@@ -56,7 +56,8 @@ func (m *Manager) reclaim(ctx context.Context) {
 }
 
 // acquire tries to lock up to n partitions this worker does not hold,
-// those that look free first, in random order, n at a time, one try each,
+// those that look free first, in random order, n at a time (at most
+// maxParallelLocks), one try each,
 // at most 2n tries in all (when many peers race for the few free
 // partitions, most tries fail; the next attempt comes with the next
 // release), and returns how many it got and, when none looked free, the
@@ -88,8 +89,8 @@ func (m *Manager) acquire(ctx context.Context, n int) (int, time.Time) {
 
 // maxParallelLocks bounds the locks one attempt tries at once: each runs on
 // a connection of its own, and every connection the client opens costs the
-// server a HELLO (bench scenario 10b: 31 HELLOs for 3 workers on 20
-// partitions unbounded, 10 of them for a 30 s job's 592 commands).
+// server a HELLO (bench scenario 10b, 3 workers on 20 partitions: 31
+// HELLOs unbounded, 14 with the bound, of about 590 commands in all).
 const maxParallelLocks = 4
 
 // tryLock makes one attempt at partition p and, on success, starts counting

@@ -222,9 +222,10 @@
 // commands (the call, ZADD, MGET), and one in three or so a fourth
 // (ZRANGEBYSCORE). Each script goes whole (EVAL) on a client's first
 // call and by its SHA1 after, and an acquire tries at most 4 locks at
-// once, each on a pooled connection that cost a HELLO when it opened. A change is published on the pool's channel; peers
-// subscribed to it read the members (one script call, whatever their
-// number) only then, and at least every 30 s as a safety net. Each
+// once, each on a pooled connection that cost a HELLO when it opened. A
+// change is published on the pool's channel; peers subscribed to it read
+// the members (one script call, whatever their number) only then, and at
+// least every 30 s as a safety net. Each
 // keep-alive answers with the members' and the definition's change
 // counters, so a message lost while a subscription reconnects is caught
 // by the next keep-alive, and a Redis user without channel rights still

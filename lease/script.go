@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -26,7 +27,7 @@ func (s *script) Run(ctx context.Context, c redis.Scripter, keys []string, args 
 		return s.lua.Run(ctx, c, keys, args...)
 	}
 	cmd := s.lua.Eval(ctx, c, keys, args...)
-	if err := cmd.Err(); err == nil || err == redis.Nil {
+	if err := cmd.Err(); err == nil || errors.Is(err, redis.Nil) {
 		s.sent.Store(c, struct{}{})
 	}
 	return cmd

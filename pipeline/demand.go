@@ -185,7 +185,8 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 // about a slice, and the lower class lost most of what the higher one
 // left it (TestLiveTrafficFirstBesideABulkLoad, e2e, beside a CPU hog
 // that runs 100 ms in every 200: the bulk load got 0.64–0.92 of its
-// share in 4 runs, 0.89–0.93 in 3 with the confirmation).
+// share in 6 runs, median 0.88; 0.76–0.93 with the confirmation, median
+// 0.90).
 func (d *demand) arrival(now time.Time, lag float64) float64 {
 	from := now.Add(-arrivalWindow)
 	drop := 0
