@@ -81,10 +81,18 @@ type Config struct {
 	// manager asks with grace = Slice, the wait before a released lease is
 	// unlocked for its peers; while the answer is no the release waits for
 	// a later tick. When it says yes with grace 0 too, the lease is
-	// unlocked at once. Lost and expiring leases stop counting whatever it
-	// says. Called without the manager's lock held. Default: every release
-	// waits a Slice before the unlock.
+	// unlocked at once (once Answered says so), and the pacer holds the
+	// sends that follow to the lower rate. Lost and expiring leases stop
+	// counting whatever it says. Called without the manager's lock held.
+	// Default: every release waits a Slice before the unlock.
 	Releasable func(now time.Time, rate float64, grace time.Duration) bool
+	// Answered, when set, reports whether every send the worker made
+	// before the given instant has had its answer (pacing.Pacer's
+	// Answered). A released lease is unlocked only once the sends made
+	// before it stopped counting are answered, since the sink may accept
+	// a request until its answer; the manager looks again every 5 ms
+	// until they are. Default: sends count as answered.
+	Answered func(before time.Time) bool
 	// Priority is the worker's class in the pool (see Priority): the pool
 	// serves the demand of a higher class first. Default PriorityNormal.
 	Priority Priority

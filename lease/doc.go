@@ -108,7 +108,15 @@
 // send, so a send just before the drop may rest on credit that reaches up
 // to a slice before a later window, and without the pause a taker earning
 // on the partition at once could push that window over the pool (seen as
-// +6.5 % in a sliding second at a two-worker hand-over under load).
+// +6.5 % in a sliding second at a two-worker hand-over under load). It
+// unlocks at once instead when Config.Releasable says, with a grace of 0,
+// that its sends do not lean on the partition (its pacer then holds its
+// later sends of the second to its new rate). Either way it unlocks only
+// once every send it made before it stopped counting has been answered
+// (Config.Answered): the sink may accept a request any time before its
+// answer, and a request held up on its way (a descheduled process, a
+// queueing path) would otherwise land beside the taker's sends on the
+// same capacity.
 //
 // # Leases and renewal
 //

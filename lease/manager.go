@@ -527,7 +527,11 @@ func (m *Manager) nextWait(share int) time.Duration {
 		wait = min(wait, h.renewedAt.Add(m.cfg.RenewEvery).Sub(now), h.count.to.Sub(now))
 	}
 	for _, c := range m.cooling {
-		wait = min(wait, c.until.Sub(now))
+		if d := c.until.Sub(now); d > 0 {
+			wait = min(wait, d)
+		} else {
+			wait = min(wait, answerPoll) // its sends' answers are awaited
+		}
 	}
 	if !m.annAt.IsZero() {
 		wait = min(wait, m.annAt.Add(m.annEvery).Sub(now))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"regexp"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -116,6 +117,42 @@ func TestLowerClassYieldsWithinASlice(t *testing.T) {
 		used := (bulk.Credit(began, ended) + live.Credit(began, ended)) / (2000 * ended.Sub(began).Seconds())
 		t.Logf("pool use over %v of hand-overs: %.3f", ended.Sub(began), used)
 		require.Greater(t, used, 0.95, "each hand-over idles the moved partitions for about a slice only")
+		bulk.stop(t)
+		live.stop(t)
+	})
+}
+
+// A backfill gives partitions to a live step at once (its pacer says its
+// sends do not lean on them), but a request it sent before is still
+// unanswered: the sink may accept it any time until its answer, so the
+// partitions are unlocked only once it is answered. The backfill stops
+// counting them within a slice of the step all the same; the live worker
+// gets them right after the answer, not before.
+func TestReleaseAwaitsTheAnswers(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		c := bubbleRedis(t)
+		pool := Pool{Name: "answers", Capacity: 2000, Partitions: 20}
+		mustEnsurePool(t, c, "", pool)
+		var answeredAt atomic.Int64 // unix ns; 0: answered long ago
+		bulk := start(t, Config{Pool: pool, WorkerID: "bulk", Priority: PriorityLow,
+			Releasable: func(time.Time, float64, time.Duration) bool { return true },
+			Answered:   func(before time.Time) bool { return answeredAt.Load() <= time.Now().UnixNano() },
+		}, c)
+		bulk.SetDemand(ingest.Inf)
+		waitUntil(t, 2*time.Second, func(now time.Time) bool { return bulk.Rate(now) == 2000 }, "the backfill alone takes the pool")
+		live := startIn(t, c, pool, "live", PriorityHigh, 0)
+		time.Sleep(2 * time.Second)
+
+		step := time.Now()
+		answeredAt.Store(step.Add(300 * time.Millisecond).UnixNano())
+		live.SetDemand(1800)
+		yield := waitUntil(t, time.Second, func(now time.Time) bool { return bulk.Rate(now) <= 200 }, "the backfill stops counting")
+		served := waitUntil(t, time.Second, func(now time.Time) bool { return live.Rate(now) == 1800 }, "the live worker gets its 1,800")
+		t.Logf("the backfill stopped counting %v after the step; the live worker had its rate %v after it, its request answered at 300 ms", yield, yield+served)
+		require.LessOrEqual(t, yield, ingest.DefaultSlice, "stops counting within a slice")
+		require.GreaterOrEqual(t, yield+served, 300*time.Millisecond, "unlocked only once the request is answered")
+		require.LessOrEqual(t, yield+served, 400*time.Millisecond, "and soon after")
 		bulk.stop(t)
 		live.stop(t)
 	})

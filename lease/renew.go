@@ -221,8 +221,10 @@ func (m *Manager) extended(h *held, start, until time.Time) bool {
 // once when the worker's recent sends do not lean on them at all, else a
 // slice later (a pacer's sends just before it stopped counting a partition
 // may be justified by credit that reaches up to a slice past it, so a peer
-// must not start earning on the partition until that slice has passed).
-// Without Config.Releasable every release waits the slice.
+// must not start earning on the partition until that slice has passed),
+// and in either case only once the sends made before are answered
+// (Config.Answered). Without Config.Releasable every release waits the
+// slice.
 func (m *Manager) release(ctx context.Context, n int) {
 	cool := m.cfg.Slice
 	if m.cfg.Releasable != nil {
@@ -251,35 +253,35 @@ func (m *Manager) release(ctx context.Context, n int) {
 	m.mu.Unlock()
 	m.stopCounting(hs)
 	m.events.released.Add(int64(len(hs)))
-	if cool == 0 {
-		m.unlock(ctx, hs)
-		m.announceFreed(ctx)
-		for _, h := range hs {
-			m.log.Debug("lease released", "partition", h.partition)
-		}
-		return
-	}
-	until := time.Now().Add(cool)
+	stopped := time.Now()
 	for _, h := range hs {
-		m.cooling = append(m.cooling, cooling{h, until})
+		m.cooling = append(m.cooling, cooling{h, stopped, stopped.Add(cool)})
 		m.log.Debug("lease released", "partition", h.partition)
 	}
+	if cool == 0 {
+		m.unlockCooled(ctx, false)
+	}
 }
 
-// cooling is a lease that stopped counting and is unlocked at until.
+// answerPoll is how often the manager looks whether the sends a released
+// lease awaits have had their answers.
+const answerPoll = 5 * time.Millisecond
+
+// cooling is a lease that stopped counting at stopped and is unlocked at
+// until, once the sends made before stopped have been answered.
 type cooling struct {
-	h     *held
-	until time.Time
+	h              *held
+	stopped, until time.Time
 }
 
-// unlockCooled unlocks the released leases whose slice has passed (all of
-// them when all is set).
+// unlockCooled unlocks the released leases whose wait has passed and whose
+// sends have been answered (all of them when all is set).
 func (m *Manager) unlockCooled(ctx context.Context, all bool) {
 	now := time.Now()
 	var due []*held
 	keep := m.cooling[:0]
 	for _, c := range m.cooling {
-		if all || !now.Before(c.until) {
+		if all || !now.Before(c.until) && (m.cfg.Answered == nil || m.cfg.Answered(c.stopped)) {
 			due = append(due, c.h)
 		} else {
 			keep = append(keep, c)

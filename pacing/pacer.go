@@ -97,6 +97,8 @@ type Pacer struct {
 	opened   time.Time     // when the current slice opened: its sends draw on the bucket as of then
 	answered chan struct{} // closed and replaced when an answer arrives
 
+	pins    []time.Time   // when Releasable let capacity go at once, over the last Window: the sends that follow keep the account releasable
+	past    pastCredit    // the credit before instants already past, for beyond
 	holds   []hold        // the send→answer latencies of the answers of the last Window, oldest first
 	allowed time.Duration // the allowance the current slice was planned with
 
@@ -306,7 +308,13 @@ func (p *Pacer) Spend(ctx context.Context, units int64) (ingest.Send, error) {
 		r := p.capped(p.rate(now))
 		// p.room(now, now, r), without a second pass over the account:
 		// every send left in it after the prune is held at now.
-		if float64(units) <= p.credit(now.Add(-p.window), now, now, r)-float64(inAccount)+epsilon {
+		short := float64(units) - (p.credit(now.Add(-p.window), now, now, r) - float64(inAccount))
+		if p.pinned(now) {
+			// Capacity went to a peer at once: the send must leave the
+			// account releasable at the rate now.
+			short = max(short, p.beyond(now, r, 0, units))
+		}
+		if short <= epsilon {
 			s := p.record(now, units)
 			if !held.IsZero() {
 				p.stats.Held++
@@ -318,7 +326,7 @@ func (p *Pacer) Spend(ctx context.Context, units int64) (ingest.Send, error) {
 		if held.IsZero() {
 			held = now
 		}
-		wake, changed := p.nextRoom(now, r, units), p.answered
+		wake, changed := p.nextRoom(now, r, short), p.answered
 		p.mu.Unlock()
 		if err := waitUntil(ctx, wake, changed); err != nil {
 			return ingest.Send{}, err
@@ -428,14 +436,14 @@ func (p *Pacer) allowance(now time.Time) time.Duration {
 	return min(max(lat[(n*9+9)/10-1], p.guard), p.window)
 }
 
-// nextRoom is when the account may next have room for units: the next
-// answered send leaving it, or the credit growing enough at rate r,
+// nextRoom is when the account may next have room for a send that is
+// short units beyond it: the next answered send leaving it, or the credit
+// growing enough at rate r,
 // whichever comes first (within a slice; sends in flight leave only after
 // their answers, which wake Spend on their own). p.mu is held.
-func (p *Pacer) nextRoom(now time.Time, r float64, units int64) time.Time {
+func (p *Pacer) nextRoom(now time.Time, r, short float64) time.Time {
 	next := now.Add(p.slice)
 	if r > 0 {
-		short := float64(units) - p.room(now, now, r)
 		next = minTime(next, now.Add(max(time.Duration(short/r*float64(time.Second)), time.Millisecond)))
 	}
 	for _, s := range p.spends {

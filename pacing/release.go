@@ -1,6 +1,9 @@
 package pacing
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // releaseStep is how finely Releasable samples the coming window.
 const releaseStep = 20 * time.Millisecond
@@ -16,39 +19,134 @@ const releaseStep = 20 * time.Millisecond
 // record costlier than a slice, sent on debt — whose window a peer taking
 // the capacity over would share. A lease manager asks before it gives
 // capacity back of its own will, and waits while the answer is no.
-// Sends in flight count as answered now. Safe for concurrent use; it reads
-// the Capacity's Credit, so the caller must not hold a lock Credit takes.
+// Sends in flight count as answered now.
+//
+// A yes with grace 0 lets the manager unlock at once, so a peer earns on
+// the capacity from now on; the pacer then holds every send of the next
+// Window to the same test (see Spend), so that no later send leans on the
+// credit the worker earned before now either. Safe for concurrent use; it
+// reads the Capacity's Credit, so the caller must not hold a lock Credit
+// takes.
 func (p *Pacer) Releasable(now time.Time, rate float64, grace time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.beyond(now, rate, grace, 0) > epsilon {
+		return false
+	}
+	if grace == 0 {
+		p.pinned(now) // drops the pins of more than a Window ago
+		p.pins = append(p.pins, now)
+	}
+	return true
+}
+
+// pinned prunes the pins older than a Window and reports whether any is
+// left. p.mu is held.
+func (p *Pacer) pinned(now time.Time) bool {
+	i := 0
+	for i < len(p.pins) && !p.pins[i].Add(p.window).After(now) {
+		i++
+	}
+	p.pins = p.pins[i:]
+	return len(p.pins) > 0
+}
+
+// beyond returns by how many units, at most, the account plus a send of
+// units at now would pass the credit of a sliding window of the coming
+// one, were the rate to drop to rate after grace (see Releasable); ≤ 0
+// when it passes none. It looks at the windows starting every
+// releaseStep of the last Window (on a grid fixed in time, so the credit
+// before each start is read once: Capacity.Credit never changes for
+// instants already past), at those starting at each release at once,
+// where the credit of the coming windows is least, and at the one
+// starting now, which holds the sends in flight; a window starting
+// between two steps may hold a little more (the old rate's credit over
+// less than a step). p.mu is held.
+func (p *Pacer) beyond(now time.Time, rate float64, grace time.Duration, units int64) float64 {
 	type leave struct {
 		at    time.Time
 		units int64
 	}
-	var held []leave
+	end := now.Add(p.window)
+	held := []leave{{end, units}}
 	for _, s := range p.spends {
 		at, ok := p.leaves(s)
 		if !ok {
-			at = now.Add(p.window)
+			at = end
 		}
 		if at.After(now) {
 			held = append(held, leave{at, s.units})
 		}
 	}
-	if len(held) == 0 {
-		return true
-	}
 	current := p.capped(p.rate(now))
-	for d := releaseStep; d <= p.window; d += releaseStep {
-		u := now.Add(d)
+	most := math.Inf(-1)
+	// check looks at the window [from, from + Window), whose credit
+	// earned before now is past.
+	check := func(from time.Time, past float64) {
+		u := from.Add(p.window)
+		if !u.After(now) {
+			return
+		}
 		var units int64
 		for _, l := range held {
 			if l.at.After(u) {
 				units += l.units
 			}
 		}
-		credit := p.credit(u.Add(-p.window), now, now, 0) + current*min(d, grace).Seconds() + rate*max(d-grace, 0).Seconds()
-		if float64(units) > credit+epsilon {
+		d := u.Sub(now)
+		credit := max(past, 0) + current*min(d, grace).Seconds() + rate*max(d-grace, 0).Seconds()
+		most = max(most, float64(units)-credit)
+	}
+	origin, upToNow := p.past.at(now, p)
+	for i, c := range p.past.sums {
+		check(origin.Add(time.Duration(i)*releaseStep), upToNow-c)
+	}
+	for _, pin := range p.pins {
+		check(pin, p.credit(pin, now, now, 0))
+	}
+	check(now.Add(-time.Nanosecond), 0) // what is in flight, and this send
+	return most
+}
+
+// pastCredit caches the credit earned before instants already past, on a
+// grid of releaseStep: sums[i] is the credit over [origin, origin +
+// i × releaseStep).
+type pastCredit struct {
+	origin time.Time
+	sums   []float64
+}
+
+// at moves the grid to the last Window before now, reads the credit of
+// the grid's new instants, and returns the origin and the credit over
+// [origin, now). p.mu is held.
+func (c *pastCredit) at(now time.Time, p *Pacer) (time.Time, float64) {
+	first := now.Add(-p.window).Truncate(releaseStep)
+	drop := int(first.Sub(c.origin) / releaseStep)
+	if c.origin.IsZero() || drop < 0 || drop >= len(c.sums) {
+		c.origin, c.sums = first, c.sums[:0]
+	} else if drop > 0 {
+		base := c.sums[drop]
+		c.sums = append(c.sums[:0], c.sums[drop:]...)
+		for i := range c.sums {
+			c.sums[i] -= base
+		}
+		c.origin = first
+	}
+	for x := c.origin.Add(time.Duration(len(c.sums)) * releaseStep); !x.After(now); x = x.Add(releaseStep) {
+		c.sums = append(c.sums, p.credit(c.origin, x, now, 0))
+	}
+	return c.origin, p.credit(c.origin, now, now, 0)
+}
+
+// Answered reports whether every send made before the given instant has
+// had its answer: a lease manager unlocks a released lease only once the
+// sends made before it stopped counting it have, since the sink may accept
+// a request any time before its answer. Safe for concurrent use.
+func (p *Pacer) Answered(before time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.spends {
+		if s.at.Before(before) && s.answered.IsZero() {
 			return false
 		}
 	}

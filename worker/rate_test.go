@@ -70,6 +70,7 @@ func TestSinkSideSecondHoldsWithSeveralWorkers(t *testing.T) {
 					t.Logf("busiest second %d of %d, busiest 200 ms after the first second %d (%d as sent), utilization %.3f",
 						most, capacity, most200, sent200, utilization)
 					t.Log("units per 200 ms:", w.series(200*time.Millisecond))
+					require.Zero(t, w.sim.Stats().Throttled, "the strict sink throttled")
 					require.LessOrEqual(t, most, int64(capacity), "the sink's sliding second")
 					require.LessOrEqual(t, float64(sent200), 1.1*capacity*0.2, "a slice's budget flows over the slice")
 					// At the sink, sends of a 200 ms span plus the spread of
@@ -110,6 +111,7 @@ func TestCostlyRecordsHoldThePoolSecond(t *testing.T) {
 		utilization := float64(n*cost) / capacity / (last - first).Seconds()
 		t.Logf("busiest second %d of %d RU, utilization %.3f over %s", most, capacity, utilization, last-first)
 		t.Log("units per second:", w.series(time.Second))
+		require.Zero(t, w.sim.Stats().Throttled, "the strict sink throttled")
 		require.LessOrEqual(t, most, int64(capacity), "the pool's second holds whatever the records cost")
 		require.GreaterOrEqual(t, utilization, 0.9)
 	})

@@ -229,15 +229,33 @@ func (w *world) pool(p lease.Pool) lease.Pool {
 }
 
 // sink returns a client of the world's sink emulator.
-func (w *world) sink() *sink.HTTPSink {
+func (w *world) sink() *sink.HTTPSink { return w.sinkVia(w.serve) }
+
+// sinkVia returns a client whose requests h serves.
+func (w *world) sinkVia(h http.Handler) *sink.HTTPSink {
 	w.t.Helper()
-	s, err := sink.NewHTTP(sink.HTTPConfig{URL: "http://sink.test", Client: &http.Client{Transport: inProcess{w.serve}}})
+	s, err := sink.NewHTTP(sink.HTTPConfig{URL: "http://sink.test", Client: &http.Client{Transport: inProcess{h}}})
 	require.NoError(w.t, err)
 	return s
 }
 
-// start builds a worker with cfg (its Redis, Sink and dead letters filled
-// in, and its Source the world's queue unless cfg has one) and runs it,
+// stalledSink returns a client of the world's sink whose record requests
+// sent within [at, at+stall) of every period reach the sink only at the
+// stall's end: a worker whose process was descheduled, or whose path
+// queued its requests, while its peers' requests go through.
+func (w *world) stalledSink(period, at, stall time.Duration) *sink.HTTPSink {
+	w.t.Helper()
+	return w.sinkVia(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if in := time.Since(w.began) % period; r.URL.Path == "/v1/records" && in >= at && in < at+stall {
+			time.Sleep(at + stall - in)
+		}
+		w.serve.ServeHTTP(rw, r)
+	}))
+}
+
+// start builds a worker with cfg (its Redis and dead letters filled in,
+// and its Source the world's queue and its Sink a client of the world's
+// sink unless cfg has them) and runs it,
 // with its attachments beside it, until the returned stop is called.
 func (w *world) start(id string, cfg worker.Config, attach ...func(*worker.Worker) ingest.Runner) (stop func() error) {
 	w.t.Helper()
@@ -246,7 +264,9 @@ func (w *world) start(id string, cfg worker.Config, attach ...func(*worker.Worke
 		cfg.Source = w.queue
 	}
 	cfg.Redis = []redis.UniversalClient{w.redis}
-	cfg.Sink = w.sink()
+	if cfg.Sink == nil {
+		cfg.Sink = w.sink()
+	}
 	cfg.DeadLetters = w.queue
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	wk, err := worker.New(cfg)

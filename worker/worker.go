@@ -262,6 +262,7 @@ func New(cfg Config) (_ *Worker, err error) {
 		Pool: cfg.Pool, WorkerID: cfg.WorkerID, RequestTimeout: cfg.RequestTimeout, Slice: cfg.Slice,
 		Reserved: cfg.Reserved, Priority: cfg.Priority, Weight: cfg.Weight, Logger: log,
 		Releasable: func(now time.Time, rate float64, grace time.Duration) bool { return pacer.Releasable(now, rate, grace) },
+		Answered:   func(before time.Time) bool { return pacer.Answered(before) },
 	}, cfg.Redis...)
 	if err != nil {
 		return nil, err
