@@ -99,6 +99,7 @@ type Pacer struct {
 
 	pins    []time.Time   // when Releasable let capacity go at once, over the last Window: the sends that follow keep the account releasable
 	past    pastCredit    // the credit before instants already past, for beyond
+	held    []leaving     // beyond's scratch: the sends in the account, by when they leave
 	holds   []hold        // the send→answer latencies of the answers of the last Window, oldest first
 	allowed time.Duration // the allowance the current slice was planned with
 
@@ -289,8 +290,9 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 }
 
 // Spend waits until units may be sent now — until the sliding account has
-// room for them, which it normally has within the budget Next gave — and
-// records them as sent at the Send's At; units the bucket cannot cover
+// room for them, which it normally has within the budget Next gave, and,
+// for a Window after Releasable let capacity go at once, until every
+// coming window keeps within the rate now (see Releasable) — and records them as sent at the Send's At; units the bucket cannot cover
 // become debt. The pipeline calls the Send's Answered once the sink's
 // answer has arrived (or the send was abandoned); the send leaves the
 // account Window after that.

@@ -63,21 +63,18 @@ func (p *Pacer) pinned(now time.Time) bool {
 // between two steps may hold a little more (the old rate's credit over
 // less than a step). p.mu is held.
 func (p *Pacer) beyond(now time.Time, rate float64, grace time.Duration, units int64) float64 {
-	type leave struct {
-		at    time.Time
-		units int64
-	}
 	end := now.Add(p.window)
-	held := []leave{{end, units}}
+	held := append(p.held[:0], leaving{end, units})
 	for _, s := range p.spends {
 		at, ok := p.leaves(s)
 		if !ok {
 			at = end
 		}
 		if at.After(now) {
-			held = append(held, leave{at, s.units})
+			held = append(held, leaving{at, s.units})
 		}
 	}
+	p.held = held
 	current := p.capped(p.rate(now))
 	most := math.Inf(-1)
 	// check looks at the window [from, from + Window), whose credit
@@ -106,6 +103,12 @@ func (p *Pacer) beyond(now time.Time, rate float64, grace time.Duration, units i
 	}
 	check(now.Add(-time.Nanosecond), 0) // what is in flight, and this send
 	return most
+}
+
+// leaving is a send's units and when they leave the account.
+type leaving struct {
+	at    time.Time
+	units int64
 }
 
 // pastCredit caches the credit earned before instants already past, on a
