@@ -81,8 +81,9 @@ type Config struct {
 	// manager asks with grace = Slice, the wait before a released lease is
 	// unlocked for its peers; while the answer is no the release waits for
 	// a later tick. When it says yes with grace 0 too, the lease is
-	// unlocked at once (once Answered says so), and the pacer holds the
-	// sends that follow to the lower rate. Lost and expiring leases stop
+	// unlocked at once (once Answered says so). A yes is taken as the
+	// release it asked about: the pacer holds the sends that follow to
+	// the lower rate. Lost and expiring leases stop
 	// counting whatever it says. Called without the manager's lock held.
 	// Default: every release waits a Slice before the unlock.
 	Releasable func(now time.Time, rate float64, grace time.Duration) bool

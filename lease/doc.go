@@ -110,8 +110,9 @@
 // on the partition at once could push that window over the pool (seen as
 // +6.5 % in a sliding second at a two-worker hand-over under load). It
 // unlocks at once instead when Config.Releasable says, with a grace of 0,
-// that its sends do not lean on the partition (its pacer then holds its
-// later sends of the second to its new rate). Either way it unlocks only
+// that its sends do not lean on the partition. Its pacer holds its sends
+// of the second after the unlock to its new rate, so that they do not
+// spend credit earned on the partition before either. And it unlocks only
 // once every send it made before it stopped counting has been answered
 // (Config.Answered): the sink may accept a request any time before its
 // answer, and a request held up on its way (a descheduled process, a

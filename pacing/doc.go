@@ -36,12 +36,15 @@
 // unlocks a released partition only a slice after it stopped counting, and
 // the gainer's account holds its sends to the credit earned since the
 // gain, which keeps the pool within capacity when a partition changes
-// hands (TestHandOver). A lease manager that unlocks at once, because
-// Releasable said with a grace of 0 that the account does not lean on
-// the capacity it gives back, needs the sends that follow not to lean on
-// it either: for a Window after such an answer, Spend admits a send only
-// if the account, with it, stays within the new rate's credit in every
-// coming window too. A rate gained while the bucket fills at the old
+// hands (TestHandOver). A lease manager gives capacity back of its own
+// will only when Releasable says the account does not lean on it, and
+// the sends that follow must not lean on it either: a worker that sent
+// below its rate still has the credit it earned before the release in its
+// one-second account, and would spend it beside the peer earning on the
+// same capacity. For a Window after the release's grace (the wait before
+// the unlock, on which nobody earns), Spend admits a send only if the
+// account, with it, stays within the new rate's credit, plus the freed
+// rate over the grace, in every coming window too. A rate gained while the bucket fills at the old
 // rate raises it from the next slice; the first rate after none starts
 // with a full bucket, so leases just taken are used in the same slice.
 //

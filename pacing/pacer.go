@@ -97,7 +97,7 @@ type Pacer struct {
 	opened   time.Time     // when the current slice opened: its sends draw on the bucket as of then
 	answered chan struct{} // closed and replaced when an answer arrives
 
-	pins    []time.Time   // when Releasable let capacity go at once, over the last Window: the sends that follow keep the account releasable
+	pins    []pin         // the releases Releasable said yes to whose windows a send may still share: the sends that follow keep the account releasable
 	past    pastCredit    // the credit before instants already past, for beyond
 	held    []leaving     // beyond's scratch: the sends in the account, by when they leave
 	holds   []hold        // the send→answer latencies of the answers of the last Window, oldest first
@@ -291,8 +291,9 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 
 // Spend waits until units may be sent now — until the sliding account has
 // room for them, which it normally has within the budget Next gave, and,
-// for a Window after Releasable let capacity go at once, until every
-// coming window keeps within the rate now (see Releasable) — and records them as sent at the Send's At; units the bucket cannot cover
+// until a Window after the grace of a release Releasable said yes to,
+// until every coming window keeps within the rate now (see Releasable) —
+// and records them as sent at the Send's At; units the bucket cannot cover
 // become debt. The pipeline calls the Send's Answered once the sink's
 // answer has arrived (or the send was abandoned); the send leaves the
 // account Window after that.
@@ -312,8 +313,8 @@ func (p *Pacer) Spend(ctx context.Context, units int64) (ingest.Send, error) {
 		// every send left in it after the prune is held at now.
 		short := float64(units) - (p.credit(now.Add(-p.window), now, now, r) - float64(inAccount))
 		if p.pinned(now) {
-			// Capacity went to a peer at once: the send must leave the
-			// account releasable at the rate now.
+			// Capacity went to a peer: the send must leave the account
+			// releasable at the rate now.
 			short = max(short, p.beyond(now, r, 0, units))
 		}
 		if short <= epsilon {

@@ -21,30 +21,51 @@ const releaseStep = 20 * time.Millisecond
 // capacity back of its own will, and waits while the answer is no.
 // Sends in flight count as answered now.
 //
-// A yes with grace 0 lets the manager unlock at once, so a peer earns on
-// the capacity from now on; the pacer then holds every send of the next
-// Window to the same test (see Spend), so that no later send leans on the
-// credit the worker earned before now either. Safe for concurrent use; it
-// reads the Capacity's Credit, so the caller must not hold a lock Credit
-// takes.
+// A yes is taken as the release it asked about: a peer earns on the
+// capacity from grace after now, so for a Window after that the pacer
+// holds every send to the same test (see Spend), and no later send leans
+// on the credit the worker earned before now either (a worker sending
+// below its rate has such credit in its account's window, and would
+// spend it beside the peer). A yes asked again at the same instant, with
+// a shorter grace, replaces the one before: the manager unlocks sooner.
+// Safe for concurrent use; it reads the Capacity's Credit, so the caller
+// must not hold a lock Credit takes.
 func (p *Pacer) Releasable(now time.Time, rate float64, grace time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.beyond(now, rate, grace, 0) > epsilon {
 		return false
 	}
-	if grace == 0 {
-		p.pinned(now) // drops the pins of more than a Window ago
-		p.pins = append(p.pins, now)
+	p.pinned(now) // drops the pins no send can share a window with any more
+	if n := len(p.pins); n > 0 && p.pins[n-1].at.Equal(now) {
+		p.pins = p.pins[:n-1]
 	}
+	freed := max(p.capped(p.rate(now))-max(rate, 0), 0)
+	p.pins = append(p.pins, pin{at: now, freed: freed, grace: grace})
 	return true
 }
 
-// pinned prunes the pins older than a Window and reports whether any is
-// left. p.mu is held.
+// pin is a release Releasable said yes to: at, the worker's rate dropped by
+// freed units/s, on which no peer earns for grace.
+type pin struct {
+	at    time.Time
+	freed float64
+	grace time.Duration
+}
+
+// idle returns the credit of [from, to) the pin's grace holds back from
+// every worker: its freed rate over the part of the grace inside.
+func (q pin) idle(from, to time.Time) float64 {
+	d := minTime(to, q.at.Add(q.grace)).Sub(maxTime(from, q.at))
+	return q.freed * max(d, 0).Seconds()
+}
+
+// pinned prunes the pins that no send from now on shares a window with
+// (a Window past their grace) and reports whether any is left. p.mu is
+// held.
 func (p *Pacer) pinned(now time.Time) bool {
 	i := 0
-	for i < len(p.pins) && !p.pins[i].Add(p.window).After(now) {
+	for i < len(p.pins) && !p.pins[i].at.Add(p.pins[i].grace+p.window).After(now) {
 		i++
 	}
 	p.pins = p.pins[i:]
@@ -54,10 +75,12 @@ func (p *Pacer) pinned(now time.Time) bool {
 // beyond returns by how many units, at most, the account plus a send of
 // units at now would pass the credit of a sliding window of the coming
 // one, were the rate to drop to rate after grace (see Releasable); ≤ 0
-// when it passes none. It looks at the windows starting every
+// when it passes none. A window's credit includes, for each release pinned,
+// the freed rate over the part of its grace inside the window (no peer
+// earned on it then). It looks at the windows starting every
 // releaseStep of the last Window (on a grid fixed in time, so the credit
 // before each start is read once: Capacity.Credit never changes for
-// instants already past), at those starting at each release at once,
+// instants already past), at those starting at each pinned release,
 // where the credit of the coming windows is least, and at the one
 // starting now, which holds the sends in flight; a window starting
 // between two steps may hold a little more (the old rate's credit over
@@ -92,14 +115,17 @@ func (p *Pacer) beyond(now time.Time, rate float64, grace time.Duration, units i
 		}
 		d := u.Sub(now)
 		credit := max(past, 0) + current*min(d, grace).Seconds() + rate*max(d-grace, 0).Seconds()
+		for _, q := range p.pins {
+			credit += q.idle(from, u)
+		}
 		most = max(most, float64(units)-credit)
 	}
 	origin, upToNow := p.past.at(now, p)
 	for i, c := range p.past.sums {
 		check(origin.Add(time.Duration(i)*releaseStep), upToNow-c)
 	}
-	for _, pin := range p.pins {
-		check(pin, p.credit(pin, now, now, 0))
+	for _, q := range p.pins {
+		check(q.at, p.credit(q.at, now, now, 0))
 	}
 	check(now.Add(-time.Nanosecond), 0) // what is in flight, and this send
 	return most
