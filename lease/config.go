@@ -83,8 +83,8 @@ type Config struct {
 	// a later tick. When it says yes with grace 0 too, the lease is
 	// unlocked at once (once Answered says so). A yes is taken as the
 	// release it asked about: the pacer holds the sends that follow to
-	// the lower rate. Lost and expiring leases stop
-	// counting whatever it says. Called without the manager's lock held.
+	// the lower rate. Lost and expiring leases stop counting whatever it
+	// says. Called without the manager's lock held.
 	// Default: every release waits a Slice before the unlock.
 	Releasable func(now time.Time, rate float64, grace time.Duration) bool
 	// Answered, when set, reports whether every send the worker made

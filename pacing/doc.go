@@ -44,9 +44,10 @@
 // same capacity. For a Window after the release's grace (the wait before
 // the unlock, on which nobody earns), Spend admits a send only if the
 // account, with it, stays within the new rate's credit, plus the freed
-// rate over the grace, in every coming window too. A rate gained while the bucket fills at the old
-// rate raises it from the next slice; the first rate after none starts
-// with a full bucket, so leases just taken are used in the same slice.
+// rate over the grace, in every coming window too. A rate gained while
+// the bucket fills at the old rate raises it from the next slice; the
+// first rate after none starts with a full bucket, so leases just taken
+// are used in the same slice.
 //
 // # Judged at the sink
 //

@@ -291,10 +291,10 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 
 // Spend waits until units may be sent now — until the sliding account has
 // room for them, which it normally has within the budget Next gave, and,
-// until a Window after the grace of a release Releasable said yes to,
-// until every coming window keeps within the rate now (see Releasable) —
-// and records them as sent at the Send's At; units the bucket cannot cover
-// become debt. The pipeline calls the Send's Answered once the sink's
+// while a release Releasable said yes to is less than its grace plus a
+// Window old, until every coming window keeps within the rate now (see
+// Releasable) — and records them as sent at the Send's At; units the
+// bucket cannot cover become debt. The pipeline calls the Send's Answered once the sink's
 // answer has arrived (or the send was abandoned); the send leaves the
 // account Window after that.
 // Spend returns context.Cause(ctx) once ctx is done. Units ≤ 0 are recorded
