@@ -69,11 +69,11 @@ func (e *env) poolCapacity() float64 {
 
 // busiestSince returns the most units the sink accepted in any sliding
 // second (five consecutive 200 ms steps of its series) that starts at or
-// after from.
-func busiestSince(st sinkwire.Stats, from time.Time) int64 {
+// after from, and the series from there.
+func busiestSince(st sinkwire.Stats, from time.Time) (int64, []int64) {
 	first := 0
 	if d := from.Sub(st.SeriesStart); d > 0 {
-		first = int((d + 200*time.Millisecond - 1) / (200 * time.Millisecond))
+		first = min(int((d+200*time.Millisecond-1)/(200*time.Millisecond)), len(st.UnitsPer200ms))
 	}
 	var most int64
 	for i := first; i+5 <= len(st.UnitsPer200ms); i++ {
@@ -83,7 +83,7 @@ func busiestSince(st sinkwire.Stats, from time.Time) int64 {
 		}
 		most = max(most, sum)
 	}
-	return most
+	return most, st.UnitsPer200ms[first:]
 }
 
 // Issue 29 (a): a rolling "upgrade" that changes the pool through the
@@ -132,9 +132,9 @@ func TestRollingUpgradeAppliesThePoolDefinition(t *testing.T) {
 		require.True(t, ok, "%s did not stop", p.name)
 		require.Zero(t, code, "%s exited non-zero", p.name)
 	}
-	after := busiestSince(sink, switchAt)
-	t.Logf("sink: accepted %d, duplicates %d, throttled %d; busiest second before the switch %d, after it %d",
-		sink.Accepted, sink.Duplicates, sink.Throttled, sink.MaxUnits1s, after)
+	after, series := busiestSince(sink, switchAt)
+	t.Logf("sink: accepted %d, duplicates %d, throttled %d; busiest second before the switch %d, after it %d; units per 200 ms after it %v",
+		sink.Accepted, sink.Duplicates, sink.Throttled, sink.MaxUnits1s, after, series)
 	// Each record is stored once; the consumer group's rebalances as the
 	// new pods join redeliver a few records in flight, which the sink
 	// recognises by their IDs (Duplicates).

@@ -77,7 +77,7 @@ func TestProbeFindsTheSinksCapacity(t *testing.T) {
 	t.Logf("capacity each second: %s", strings.Join(trace, " "))
 	var after int64
 	if !converged.IsZero() {
-		after = busiestSince(st, converged)
+		after, _ = busiestSince(st, converged)
 		t.Logf("converged to 90-100 %% of %d after %s", capacity, converged.Sub(began).Round(100*time.Millisecond))
 	}
 	t.Logf("sink: accepted %d, duplicates %d, throttled %d of %d sends (%.2f %%), rejected %d; busiest second after convergence %d, over the run %d",
