@@ -86,3 +86,24 @@ func TestSeriesPeaks(t *testing.T) {
 	require.Equal(t, int64(1500), max1s, "the earlier 4,500 are not this run's")
 	require.Equal(t, int64(500), max200)
 }
+
+// A stall is told once every StallWarn while progress stands still; a
+// paused sink, or any progress, starts the count again.
+func TestStallWatch(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var w stallWatch
+	const after = 30 * time.Second
+	require.False(t, w.stalled(at(0), 5, false, after))
+	require.False(t, w.stalled(at(29), 5, false, after))
+	require.True(t, w.stalled(at(30), 5, false, after), "30 s without progress")
+	require.False(t, w.stalled(at(45), 5, false, after), "once per 30 s")
+	require.True(t, w.stalled(at(60), 5, false, after), "again while it lasts")
+	require.False(t, w.stalled(at(70), 5, true, after), "a paused sink is told by its own line")
+	require.False(t, w.stalled(at(99), 5, false, after))
+	require.True(t, w.stalled(at(100), 5, false, after), "counted from the pause's end")
+	require.False(t, w.stalled(at(110), 6, false, after), "progress")
+	require.False(t, w.stalled(at(139), 6, false, after))
+	require.True(t, w.stalled(at(140), 6, false, after))
+}

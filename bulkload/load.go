@@ -25,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +35,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/pipeline"
 )
 
 // ErrTooManyDeadLetters is returned by Load.Run when more records than
@@ -82,6 +85,12 @@ type Config struct {
 	// Poll is how often progress and the group's offsets are checked.
 	// Default 200 ms.
 	Poll time.Duration
+	// StallWarn is how long a load may finish no record and commit no
+	// offset, while no sink is paused, before it warns: which partitions
+	// the group's committed offsets wait on, and where each in-process
+	// worker's records wait. Again every StallWarn while it lasts.
+	// Default 30 s.
+	StallWarn time.Duration
 	// JoinTimeout bounds the wait, before producing, for the workers to
 	// join the consumer group. Default 30 s; past it the load goes on.
 	JoinTimeout time.Duration
@@ -140,6 +149,7 @@ func New(cfg Config, p Ports) (*Load, error) {
 	cfg.Poll = cmp.Or(cfg.Poll, 200*time.Millisecond)
 	cfg.JoinTimeout = cmp.Or(cfg.JoinTimeout, 30*time.Second)
 	cfg.SinkTimeout = cmp.Or(cfg.SinkTimeout, 5*time.Minute)
+	cfg.StallWarn = cmp.Or(cfg.StallWarn, 30*time.Second)
 	cfg.Unit = cmp.Or(cfg.Unit, ingest.UnitRecords)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Load{cfg: cfg, p: p}, nil
@@ -158,6 +168,11 @@ type Worker interface {
 // pauser is a Worker that reports a paused sink.
 type pauser interface {
 	SinkPaused() (bool, time.Time)
+}
+
+// waiter is a Worker that reports where its records wait (*worker.Worker).
+type waiter interface {
+	Waiting() pipeline.Waiting
 }
 
 // paused reports whether a worker's sink is paused, and since when (the
@@ -338,6 +353,7 @@ func (l *Load) await(ctx context.Context, start map[int]int64, produceErr <-chan
 	defer tick.Stop()
 	var target map[int]int64 // the end offsets once everything is produced
 	lastMember := time.Now()
+	var stall stallWatch
 	for {
 		select {
 		case <-ctx.Done():
@@ -379,7 +395,57 @@ func (l *Load) await(ctx context.Context, start map[int]int64, produceErr <-chan
 		if target != nil && reached(committed, target) {
 			return time.Now(), nil
 		}
+		if paused, _ := l.paused(); stall.stalled(time.Now(), t.Finished()+advanced(committed, start), paused, l.cfg.StallWarn) {
+			l.warnStall(committed, target)
+		}
 	}
+}
+
+// stallWatch tells when a load has made no progress for a while.
+type stallWatch struct {
+	since    time.Time // when progress last changed, or the last warning
+	progress int64
+}
+
+// stalled reports, once every after, that progress has not changed for
+// after at now while the sink was not paused (a paused sink has its own
+// progress line and timeout).
+func (s *stallWatch) stalled(now time.Time, progress int64, paused bool, after time.Duration) bool {
+	if s.since.IsZero() || progress != s.progress || paused {
+		s.since, s.progress = now, progress
+		return false
+	}
+	if now.Sub(s.since) < after {
+		return false
+	}
+	s.since = now
+	return true
+}
+
+// warnStall logs where a load that stopped advancing waits: the
+// partitions whose committed offset is short of the end produced (target,
+// once known), and what each in-process worker holds and leases.
+func (l *Load) warnStall(committed, target map[int]int64) {
+	attrs := []any{"stalled_for", l.cfg.StallWarn.String()}
+	if target != nil {
+		var behind []string
+		for _, p := range slices.Sorted(maps.Keys(target)) {
+			if end := target[p]; committed[p] < end {
+				behind = append(behind, fmt.Sprintf("%d: committed %d of %d", p, committed[p], end))
+			}
+		}
+		attrs = append(attrs, "partitions_behind", strings.Join(behind, "; "))
+	}
+	now := time.Now()
+	for i, w := range l.p.Workers {
+		group := []any{"leased_units_per_s", math.Round(w.Rate(now))}
+		if wt, ok := w.(waiter); ok {
+			h := wt.Waiting()
+			group = append(group, "fetched", h.Fetched, "retrying", h.Retrying, "held_by_hot_ranges", h.Held, "requests_unanswered", h.Requests)
+		}
+		attrs = append(attrs, slog.Group(fmt.Sprintf("worker%d", i), group...))
+	}
+	l.cfg.Logger.Warn("no record finished and no offset committed for a while; the load waits", attrs...)
 }
 
 // advanced is how many offsets the group committed past start, over all

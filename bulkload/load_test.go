@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/pipeline"
 )
 
 // memTopic is an in-memory topic of one partition, its consumer group's
@@ -390,6 +392,76 @@ func TestLoadWithoutWorkers(t *testing.T) {
 		bulkload.Ports{File: open(t, path), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: new(ingest.Counters)}).Run(t.Context())
 	require.ErrorIs(t, err, bulkload.ErrNoWorkers)
 	require.ErrorContains(t, err, `consumer group "g" has had no live member`)
+}
+
+// stuck is a stand-in worker that finishes every record but the last,
+// which it reports retrying.
+type stuck struct{ standIn }
+
+func (stuck) Rate(time.Time) float64 { return 250 }
+
+func (stuck) Waiting() pipeline.Waiting { return pipeline.Waiting{Retrying: 1} }
+
+// lockedLog is a log buffer safe for the load's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A load that stops advancing with no sink paused says so every
+// StallWarn, naming the partition the group's committed offset waits on
+// and where the worker's records wait, and goes on waiting.
+func TestLoadWarnsWhereAStalledLoadWaits(t *testing.T) {
+	t.Parallel()
+	lines := make([]string, 50)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"id":"r%d"}`, i)
+	}
+	topic, dlq, c := &memTopic{members: 1}, &memDLQ{}, new(ingest.Counters)
+	worker := stuck{standIn(func(ctx context.Context) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Millisecond):
+			}
+			topic.mu.Lock()
+			for ; topic.committed < int64(len(topic.recs))-1; topic.committed++ {
+				c.Add(ingest.Totals{Delivered: 1, UnitsDelivered: 1})
+			}
+			topic.mu.Unlock()
+		}
+	})}
+	var log lockedLog
+	const warning = "no record finished and no offset committed for a while; the load waits"
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := newLoad(t, bulkload.Config{StallWarn: 100 * time.Millisecond, MaxDeadLetters: bulkload.DefaultDeadLetterLimit,
+			Logger: slog.New(slog.NewTextHandler(&log, nil))},
+			bulkload.Ports{File: open(t, ndjsonFile(t, lines...)), Producer: topic, DeadLetters: dlq, Offsets: topic, Counters: c,
+				Workers: []bulkload.Worker{worker}}).Run(ctx)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return strings.Count(log.String(), warning) >= 2 }, 10*time.Second, 10*time.Millisecond,
+		"a stalled load warns again while it lasts:\n%s", log.String())
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled, "it waited on")
+	out := log.String()
+	require.Contains(t, out, `partitions_behind="0: committed 49 of 50"`)
+	require.Contains(t, out, "worker0.leased_units_per_s=250 worker0.fetched=0 worker0.retrying=1 worker0.held_by_hot_ranges=0 worker0.requests_unanswered=0")
 }
 
 // The dead-letter file holds every dead letter whole, one JSON object a

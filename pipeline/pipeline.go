@@ -229,6 +229,33 @@ func (p *Pipeline) SinkError() string { return p.breaker.lastErr() }
 // current pause included.
 func (p *Pipeline) SinkPausedTotal() time.Duration { return p.breaker.pausedTotal(time.Now()) }
 
+// Waiting is what a pipeline holds that is not done yet, in records, by
+// where it waits: what a load that stopped advancing is diagnosed by.
+type Waiting struct {
+	Fetched  int // fetched from the source, not taken into a slice yet
+	Retrying int // waiting for another attempt: a backoff, the end of a sink's pause, or evidence about an answer that refused every record
+	Held     int // held back by a hot key range, for its rate
+	Requests int // write requests sent and not answered yet
+}
+
+// Waiting returns what the pipeline holds at the moment, by where it
+// waits. Safe for concurrent use with Run.
+func (p *Pipeline) Waiting() Waiting {
+	return Waiting{Fetched: len(p.fetched), Retrying: p.retrying(), Held: int(p.ranges.heldRecords()), Requests: len(p.requests)}
+}
+
+// retrying counts the records waiting for another attempt: the retries
+// and the suspects.
+func (p *Pipeline) retrying() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.suspects)
+	for _, u := range p.retries {
+		n += len(u.items)
+	}
+	return n
+}
+
 // Run drains the source until ctx is done. Then it stops fetching, lets
 // in-flight writes and dead letters finish within the grace period
 // (cancelling the rest), announces zero demand and returns nil. Records

@@ -468,12 +468,7 @@ func (p *Pipeline) settle(ctx context.Context) {
 // took and has yet to send; head: the record at the head of the line, nil
 // when none.
 func (p *Pipeline) setDemand(capped bool, sending int64, head *item) {
-	p.mu.Lock()
-	retrying := len(p.suspects)
-	for _, u := range p.retries {
-		retrying += len(u.items)
-	}
-	p.mu.Unlock()
+	retrying := p.retrying()
 	held := p.ranges.heldRecords()
 	retrying += int(held)
 	idle := retrying == 0 && len(p.fetched) == 0 && sending == 0 && head == nil

@@ -411,5 +411,9 @@ func (w *Worker) Pacer() *pacing.Pacer { return w.pacer }
 // Pipeline returns the worker's pipeline.
 func (w *Worker) Pipeline() *pipeline.Pipeline { return w.pipeline }
 
+// Waiting returns what the worker's pipeline holds that is not done yet,
+// by where it waits (pipeline.Pipeline.Waiting).
+func (w *Worker) Waiting() pipeline.Waiting { return w.pipeline.Waiting() }
+
 // Counters returns the running totals the worker adds to.
 func (w *Worker) Counters() *ingest.Counters { return w.cfg.Counters }
