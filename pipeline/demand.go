@@ -75,9 +75,7 @@ const (
 //     for nothing once the source has had nothing for dryAfter.
 //
 // The fetcher updates started and fetchingSince; the slice loop calls
-// estimate at every slice, every idleWait while idle, and, once a worker
-// that caught up has its last records out, at once rather than at the
-// slice's end.
+// estimate.
 type demand struct {
 	leaseAhead    bool
 	slice         time.Duration
@@ -244,14 +242,6 @@ func (r *recentUnits) sum(now time.Time) int64 {
 		return 0
 	}
 	return r.w.Sum(max(now.Sub(r.epoch), 0))
-}
-
-// caughtUp reports whether the source has had nothing to fetch and no lag
-// for caughtUpAfter at now: what estimate answers for an idle worker with
-// its arrival rate.
-func (d *demand) caughtUp(now time.Time) bool {
-	since := d.fetchingSince.Load()
-	return since != 0 && now.Sub(time.Unix(0, since)) >= caughtUpAfter && d.lag != nil && d.lag() == 0
 }
 
 // lagging reports whether the source says records wait in the queue beyond

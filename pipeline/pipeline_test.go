@@ -198,10 +198,9 @@ func (d *fakeDLQ) len() int {
 
 // fixedRate is a capacity of rate units/s leased forever.
 type fixedRate struct {
-	rate     float64
-	mu       sync.Mutex
-	demand   []float64
-	demandAt []time.Time // when each demand was announced
+	rate   float64
+	mu     sync.Mutex
+	demand []float64
 }
 
 func (c *fixedRate) Rate(time.Time) float64            { return c.rate }
@@ -210,50 +209,6 @@ func (c *fixedRate) SetDemand(d float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.demand = append(c.demand, d)
-	c.demandAt = append(c.demandAt, time.Now())
-}
-
-// laggingSource is a fakeSource that reports its lag (ingest.Lagger): the
-// records it has yet to serve.
-type laggingSource struct{ *fakeSource }
-
-func (s laggingSource) Lag() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return int64(len(s.recs) - s.next)
-}
-
-// A worker whose source ran dry says it wants nothing as soon as its last
-// records are out, not at the end of their slice, so that its capacity
-// reaches the workers with a backlog at once: 1,050 records at 1,000/s,
-// the last 50 sent over the first 50 ms of the last slice (announced
-// 150 ms later, at the slice's end, before).
-func TestDrainedWorkerSaysSoWhenItsLastRecordsAreOut(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, pipeline.Config{IDField: "id"}, 1000, records(1050)...)
-		p, err := pipeline.New(pipeline.Config{IDField: "id"}, pipeline.Ports{
-			Source: laggingSource{r.src}, DeadLetters: r.dlq, Sink: r.sink, Retry: sink.Policy{MaxAttempts: 3}, Pacer: r.pacer, Capacity: r.capa,
-		})
-		require.NoError(t, err)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- p.Run(ctx) }()
-		for r.src.doneCount() < 1050 {
-			time.Sleep(10 * time.Millisecond)
-		}
-		time.Sleep(time.Second) // idle, before the pipeline stops
-		cancel()
-		require.NoError(t, <-done)
-		require.Len(t, r.sink.stored, 1050)
-		last := r.sink.start.Add(r.sink.sentAt[len(r.sink.sentAt)-1])
-		r.capa.mu.Lock()
-		defer r.capa.mu.Unlock()
-		i := slices.IndexFunc(r.capa.demandAt, func(at time.Time) bool { return !at.Before(last) })
-		require.GreaterOrEqual(t, i, 0, "no demand announced after the last send")
-		require.Zero(t, r.capa.demand[i], "the first demand after the last send")
-		require.Less(t, r.capa.demandAt[i].Sub(last), 10*time.Millisecond, "announced when the last records were out")
-	})
 }
 
 type rig struct {

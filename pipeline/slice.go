@@ -163,13 +163,6 @@ func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup,
 	for spent < budget {
 		if head == nil {
 			if head = p.nextFresh(); head == nil {
-				if p.demand.caughtUp(time.Now()) && p.dueCost(time.Now()) == 0 && p.ranges.heldRecords() == 0 {
-					// Every record taken is out and the source has
-					// nothing more: say so now rather than at the slice's
-					// end, so that a worker that ran dry hands its
-					// capacity to the ones with a backlog at once.
-					p.setDemand(false, 0, nil)
-				}
 				if head, ok = p.awaitUntil(ctx, end); !ok {
 					return nil, false
 				}
