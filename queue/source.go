@@ -65,9 +65,18 @@ type SourceConfig struct {
 	// CloseTimeout bounds the final commit and, separately, closing the
 	// reader (leaving the group) when Run stops. Default 5 s.
 	CloseTimeout time.Duration
-	// MaxWait is how long the broker holds a fetch open when no data is
-	// available (with MinBytes 1 a fetch returns as soon as one record is
-	// there, so this only affects an idle topic). Default 250 ms.
+	// MaxWait is how long the reader waits for the broker's answer to a
+	// fetch. kafka-go asks the broker to hold a fetch with no data for
+	// MaxWait less its allowance for the round trip (1 s, or a quarter of
+	// MaxWait below 1 s), and a fetch not answered by MaxWait fails with
+	// an i/o timeout: the partition's reader then drops its connection
+	// and dials again after 100 ms, its records held meanwhile. With
+	// MinBytes 1 a fetch returns as soon as one record is there, so the
+	// hold only affects an idle partition (and how long it delays a
+	// rebalance). Default 1.25 s: the broker holds an idle fetch 250 ms
+	// and has a whole second beyond that to answer. (At 50 ms, a broker
+	// sharing two busy cores missed the 12.5 ms it was left about once a
+	// second per worker, and the live workers' records came in bursts.)
 	MaxWait time.Duration
 	// MaxBytes is the most bytes one fetch returns per partition; it must
 	// be at least the largest message. Default 10 MiB.
@@ -136,7 +145,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	cfg.CommitInterval = cmp.Or(cfg.CommitInterval, 200*time.Millisecond)
 	cfg.CommitTimeout = cmp.Or(cfg.CommitTimeout, 5*time.Second)
 	cfg.CloseTimeout = cmp.Or(cfg.CloseTimeout, 5*time.Second)
-	cfg.MaxWait = cmp.Or(cfg.MaxWait, 250*time.Millisecond)
+	cfg.MaxWait = cmp.Or(cfg.MaxWait, 1250*time.Millisecond)
 	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, 10<<20)
 	cfg.QueueCapacity = cmp.Or(cfg.QueueCapacity, 100)
 	cfg.SessionTimeout = cmp.Or(cfg.SessionTimeout, 6*time.Second)

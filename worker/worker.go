@@ -32,10 +32,6 @@ import (
 	"github.com/sluicehq/sluice/sink"
 )
 
-// FetchWait is how long the broker holds a fetch open on an idle topic, so
-// that a record produced to an idle topic is sent within a slice.
-const FetchWait = 50 * time.Millisecond
-
 // DefaultGroup is the consumer group of the workers of topic that do not
 // name one: "sluice-<topic>".
 func DefaultGroup(topic string) string { return "sluice-" + topic }
@@ -275,7 +271,7 @@ func New(cfg Config) (_ *Worker, err error) {
 	src, closeSource := cfg.Source, func() error { return nil }
 	if src == nil {
 		consumer, err := queue.NewSource(queue.SourceConfig{
-			Brokers: cfg.Brokers, Conn: cfg.Kafka, Topic: cfg.Topic, Group: cfg.Group, MaxWait: FetchWait, Logger: log,
+			Brokers: cfg.Brokers, Conn: cfg.Kafka, Topic: cfg.Topic, Group: cfg.Group, Logger: log,
 		})
 		if err != nil {
 			return nil, err
