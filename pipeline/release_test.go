@@ -1,0 +1,195 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/pacing"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/sink"
+)
+
+// growingSource serves records added while it runs, waking a waiting
+// Fetch, and reports its lag (ingest.Lagger).
+type growingSource struct {
+	mu    sync.Mutex
+	recs  []ingest.Record
+	next  int
+	done  map[int64]bool
+	added chan struct{} // closed and replaced when records are added
+}
+
+func newGrowingSource() *growingSource {
+	return &growingSource{done: map[int64]bool{}, added: make(chan struct{})}
+}
+
+func (s *growingSource) add(values ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range values {
+		s.recs = append(s.recs, ingest.Record{Value: []byte(v), Pos: ingest.Position{Topic: "t", Offset: int64(len(s.recs))}})
+	}
+	close(s.added)
+	s.added = make(chan struct{})
+}
+
+func (s *growingSource) Fetch(ctx context.Context) (ingest.Record, error) {
+	for {
+		s.mu.Lock()
+		if s.next < len(s.recs) {
+			r := s.recs[s.next]
+			s.next++
+			s.mu.Unlock()
+			return r, nil
+		}
+		added := s.added
+		s.mu.Unlock()
+		select {
+		case <-added:
+		case <-ctx.Done():
+			return ingest.Record{}, ctx.Err()
+		}
+	}
+}
+
+func (s *growingSource) Done(r ingest.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done[r.Pos.Offset] = true
+}
+
+func (s *growingSource) Lag() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.recs) - s.next)
+}
+
+func (s *growingSource) doneCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.done)
+}
+
+// releasingRate is a capacity of rate units/s that is given back the
+// moment the worker asks for nothing, as a lease manager does once the
+// pacer says the release is safe (Releasable, which then holds later sends
+// to the new rate), and taken again when it asks for more. onRelease, when
+// set, runs after each release.
+type releasingRate struct {
+	rate      float64
+	pacer     *pacing.Pacer
+	onRelease func()
+
+	mu    sync.Mutex
+	held  bool
+	since time.Time      // when the current span of holding began
+	spans [][2]time.Time // past spans of holding
+}
+
+func (c *releasingRate) Rate(time.Time) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held {
+		return c.rate
+	}
+	return 0
+}
+
+func (c *releasingRate) Credit(from, to time.Time) float64 {
+	c.mu.Lock()
+	spans := append([][2]time.Time(nil), c.spans...)
+	if c.held {
+		spans = append(spans, [2]time.Time{c.since, to})
+	}
+	c.mu.Unlock()
+	var d time.Duration
+	for _, s := range spans {
+		if lo, hi := max(s[0].UnixNano(), from.UnixNano()), min(s[1].UnixNano(), to.UnixNano()); hi > lo {
+			d += time.Duration(hi - lo)
+		}
+	}
+	return d.Seconds() * c.rate
+}
+
+func (c *releasingRate) SetDemand(d float64) {
+	now := time.Now()
+	c.mu.Lock()
+	held := c.held
+	c.mu.Unlock()
+	switch {
+	case d > 0 && !held:
+		c.mu.Lock()
+		c.held, c.since = true, now
+		c.mu.Unlock()
+	case d == 0 && held && c.pacer.Releasable(now, 0, ingest.DefaultSlice):
+		c.pacer.Releasable(now, 0, 0) // unlocked at once when the account allows
+		c.mu.Lock()
+		c.held = false
+		c.spans = append(c.spans, [2]time.Time{c.since, now})
+		c.mu.Unlock()
+		if c.onRelease != nil {
+			c.onRelease()
+		}
+	}
+}
+
+// A record that arrives the moment a worker that drained its backlog gave
+// its capacity back is sent within two slices: the worker asks for the
+// capacity again before it sends. (A worker that said it wants nothing in
+// the middle of a slice, and went on sending that slice's budget, held
+// the record in the pacer for a rate nobody was asked for, its slice loop
+// with it, and stood still for good: 950 of 951.)
+func TestRecordAfterTheCapacityWentBackIsSent(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		src, snk := newGrowingSource(), newFakeSink()
+		capa := &releasingRate{rate: 1000, held: true, since: time.Now()}
+		pacer, err := pacing.New(pacing.Config{}, capa)
+		require.NoError(t, err)
+		capa.pacer = pacer
+		var once sync.Once
+		var releasedAt time.Time
+		capa.onRelease = func() {
+			// The worker's next record arrives the moment its capacity
+			// went back, in the slice that said it wants nothing.
+			if src.Lag() > 0 || src.doneCount() == 0 {
+				return // before the load was fetched
+			}
+			once.Do(func() {
+				releasedAt = time.Now()
+				src.add(`{"id":"late"}`)
+			})
+		}
+		p, err := pipeline.New(pipeline.Config{IDField: "id"}, pipeline.Ports{
+			Source: src, DeadLetters: &fakeDLQ{reasons: map[string]string{}}, Sink: snk, Retry: sink.Policy{MaxAttempts: 3}, Pacer: pacer, Capacity: capa,
+		})
+		require.NoError(t, err)
+		vals := make([]string, 950) // a backlog (more than the prefetch) whose last slice is not full
+		for i := range vals {
+			vals[i] = fmt.Sprintf(`{"id":"r%d"}`, i)
+		}
+		src.add(vals...)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for src.doneCount() < 951 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		doneAt := time.Now()
+		cancel()
+		require.NoError(t, <-done)
+		require.False(t, releasedAt.IsZero(), "the worker never gave its capacity back")
+		require.Equal(t, 951, src.doneCount(), "records done; the last one arrived when the capacity went back at %v", releasedAt)
+		// Two slices: the rest of the one that said it wants nothing, and
+		// the one that asks again (this capacity comes back at once).
+		require.LessOrEqual(t, doneAt.Sub(releasedAt), 2*ingest.DefaultSlice, "the last record waited")
+	})
+}
