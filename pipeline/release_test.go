@@ -2,7 +2,6 @@ package pipeline_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -16,65 +15,15 @@ import (
 	"github.com/sluicehq/sluice/sink"
 )
 
-// growingSource serves records added while it runs, waking a waiting
-// Fetch, and reports its lag (ingest.Lagger).
-type growingSource struct {
-	mu    sync.Mutex
-	recs  []ingest.Record
-	next  int
-	done  map[int64]bool
-	added chan struct{} // closed and replaced when records are added
-}
+// laggingSource is a fakeSource that reports its lag (ingest.Lagger): the
+// records not fetched yet, so that a worker whose source ran dry knows it
+// caught up.
+type laggingSource struct{ *fakeSource }
 
-func newGrowingSource() *growingSource {
-	return &growingSource{done: map[int64]bool{}, added: make(chan struct{})}
-}
-
-func (s *growingSource) add(values ...string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, v := range values {
-		s.recs = append(s.recs, ingest.Record{Value: []byte(v), Pos: ingest.Position{Topic: "t", Offset: int64(len(s.recs))}})
-	}
-	close(s.added)
-	s.added = make(chan struct{})
-}
-
-func (s *growingSource) Fetch(ctx context.Context) (ingest.Record, error) {
-	for {
-		s.mu.Lock()
-		if s.next < len(s.recs) {
-			r := s.recs[s.next]
-			s.next++
-			s.mu.Unlock()
-			return r, nil
-		}
-		added := s.added
-		s.mu.Unlock()
-		select {
-		case <-added:
-		case <-ctx.Done():
-			return ingest.Record{}, ctx.Err()
-		}
-	}
-}
-
-func (s *growingSource) Done(r ingest.Record) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.done[r.Pos.Offset] = true
-}
-
-func (s *growingSource) Lag() int64 {
+func (s laggingSource) Lag() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return int64(len(s.recs) - s.next)
-}
-
-func (s *growingSource) doneCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.done)
 }
 
 // releasingRate is a capacity of rate units/s that is given back the
@@ -122,21 +71,21 @@ func (c *releasingRate) SetDemand(d float64) {
 	now := time.Now()
 	c.mu.Lock()
 	held := c.held
-	c.mu.Unlock()
-	switch {
-	case d > 0 && !held:
-		c.mu.Lock()
+	if d > 0 && !held {
 		c.held, c.since = true, now
-		c.mu.Unlock()
-	case d == 0 && held && c.pacer.Releasable(now, 0, ingest.DefaultSlice):
-		c.pacer.Releasable(now, 0, 0) // unlocked at once when the account allows
-		c.mu.Lock()
-		c.held = false
-		c.spans = append(c.spans, [2]time.Time{c.since, now})
-		c.mu.Unlock()
-		if c.onRelease != nil {
-			c.onRelease()
-		}
+	}
+	c.mu.Unlock()
+	// Releasable reads Credit, which takes c.mu.
+	if d != 0 || !held || !c.pacer.Releasable(now, 0, ingest.DefaultSlice) {
+		return
+	}
+	c.pacer.Releasable(now, 0, 0) // unlocked at once when the account allows
+	c.mu.Lock()
+	c.held = false
+	c.spans = append(c.spans, [2]time.Time{c.since, now})
+	c.mu.Unlock()
+	if c.onRelease != nil {
+		c.onRelease()
 	}
 }
 
@@ -149,7 +98,7 @@ func (c *releasingRate) SetDemand(d float64) {
 func TestRecordAfterTheCapacityWentBackIsSent(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		src, snk := newGrowingSource(), newFakeSink()
+		src, snk := newFakeSource(records(950)...), newFakeSink() // a backlog (more than the prefetch) whose last slice is not full
 		capa := &releasingRate{rate: 1000, held: true, since: time.Now()}
 		pacer, err := pacing.New(pacing.Config{}, capa)
 		require.NoError(t, err)
@@ -159,7 +108,7 @@ func TestRecordAfterTheCapacityWentBackIsSent(t *testing.T) {
 		capa.onRelease = func() {
 			// The worker's next record arrives the moment its capacity
 			// went back, in the slice that said it wants nothing.
-			if src.Lag() > 0 || src.doneCount() == 0 {
+			if (laggingSource{src}).Lag() > 0 || src.doneCount() == 0 {
 				return // before the load was fetched
 			}
 			once.Do(func() {
@@ -168,14 +117,9 @@ func TestRecordAfterTheCapacityWentBackIsSent(t *testing.T) {
 			})
 		}
 		p, err := pipeline.New(pipeline.Config{IDField: "id"}, pipeline.Ports{
-			Source: src, DeadLetters: &fakeDLQ{reasons: map[string]string{}}, Sink: snk, Retry: sink.Policy{MaxAttempts: 3}, Pacer: pacer, Capacity: capa,
+			Source: laggingSource{src}, DeadLetters: &fakeDLQ{reasons: map[string]string{}}, Sink: snk, Retry: sink.Policy{MaxAttempts: 3}, Pacer: pacer, Capacity: capa,
 		})
 		require.NoError(t, err)
-		vals := make([]string, 950) // a backlog (more than the prefetch) whose last slice is not full
-		for i := range vals {
-			vals[i] = fmt.Sprintf(`{"id":"r%d"}`, i)
-		}
-		src.add(vals...)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- p.Run(ctx) }()
