@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"syscall"
 	"testing"
@@ -93,6 +94,13 @@ func TestTerminatedWorkerHandsOverCleanly(t *testing.T) {
 	require.True(t, ok, "w3 did not exit within the grace period")
 	require.Equal(t, 0, code)
 	exited := time.Since(term)
+	// Its last line says what it did.
+	logged, err := os.ReadFile(ws[2].log)
+	require.NoError(t, err)
+	last := regexp.MustCompile(`msg="worker stopped" delivered=([0-9]+) .* slices=([0-9]+) `).FindSubmatch(logged)
+	require.NotNil(t, last, "w3 logged no \"worker stopped\":\n%s", logged)
+	require.NotEqual(t, "0", string(last[1]), "w3 stopped mid-batch, having delivered records")
+	require.NotEqual(t, "0", string(last[2]), "and opened slices")
 
 	var takeover time.Duration
 	require.Eventually(t, func() bool {

@@ -144,6 +144,15 @@ func (e *env) start(name string, args ...string) *proc {
 		close(p.done)
 	}()
 	e.t.Cleanup(func() {
+		if e.t.Failed() {
+			// Stopped gracefully, a worker's last line says what it did
+			// (see "worker stopped").
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+			}
+		}
 		_ = cmd.Process.Kill()
 		<-p.done
 		if e.t.Failed() {

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -97,7 +98,32 @@ func runWorker(c *cli.Context) error {
 	for i, job := range proc.Jobs {
 		all[i].log.Info("worker started", "type", all[i].typeName, "topic", job.Config.Topic, "group", job.Config.Group, "pool", job.Config.Pool.Name)
 	}
-	return withMetrics(c.Context, c.String("metrics-addr"), reg, proc.Ready, proc.Run)
+	err = withMetrics(c.Context, c.String("metrics-addr"), reg, proc.Ready, proc.Run)
+	for i, ws := range proc.Workers {
+		for _, w := range ws {
+			logStopped(all[i].log, w)
+		}
+	}
+	return err
+}
+
+// logStopped logs what a worker did before it stopped: its records, and
+// how its pacer released the leased capacity (budget granted and spent,
+// sends the account held, the send-to-accept allowance planned with), so
+// that a pod's last lines say why a run fell short of the capacity.
+func logStopped(log *slog.Logger, w *worker.Worker) {
+	t, st := w.Counters().Totals(), w.Pacer().Stats()
+	var mean time.Duration
+	if t.Latencies > 0 {
+		mean = t.LatencySum / time.Duration(t.Latencies)
+	}
+	log.Info("worker stopped",
+		"delivered", t.Delivered, "duplicates", t.Duplicates, "dead_lettered", t.DeadLettered,
+		"requests", t.Requests, "retried", t.Retried, "throttled", t.Throttled,
+		"slices", st.Slices, "budget_units", st.Budget, "spent_units", st.Spent,
+		"held_sends", st.Held, "held_for", st.HeldFor.Round(time.Millisecond),
+		"guard_min", st.GuardMin, "guard_max", st.GuardMax,
+		"latency_mean", mean, "latency_p99", t.LatencyP99, "latency_max", t.LatencyMax)
 }
 
 func sinkSimCommand() *cli.Command {
