@@ -26,19 +26,26 @@ const releaseStep = 20 * time.Millisecond
 // holds every send to the same test (see Spend), and no later send leans
 // on the credit the worker earned before now either (a worker sending
 // below its rate has such credit in its account's window, and would
-// spend it beside the peer). A yes asked again at the same instant, with
-// a shorter grace, replaces the one before: the manager unlocks sooner.
+// spend it beside the peer). Asked again at the same instant, with a
+// shorter grace, it judges without the yes before (whose grace is idle
+// credit only if the manager waits it out), and a yes replaces it: the
+// manager unlocks sooner.
 // Safe for concurrent use; it reads the Capacity's Credit, so the caller
 // must not hold a lock Credit takes.
 func (p *Pacer) Releasable(now time.Time, rate float64, grace time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.beyond(now, rate, grace, 0) > epsilon {
-		return false
-	}
 	p.pinned(now) // drops the pins no send can share a window with any more
+	var replaced []pin
 	if n := len(p.pins); n > 0 && p.pins[n-1].at.Equal(now) {
+		// Asked again at the same instant: judged without the yes it
+		// would replace, whose grace would count as credit nobody earns.
+		replaced = p.pins[n-1:]
 		p.pins = p.pins[:n-1]
+	}
+	if p.beyond(now, rate, grace, 0) > epsilon {
+		p.pins = append(p.pins, replaced...)
+		return false
 	}
 	freed := max(p.capped(p.rate(now))-max(rate, 0), 0)
 	p.pins = append(p.pins, pin{at: now, freed: freed, grace: grace})

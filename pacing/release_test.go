@@ -74,3 +74,33 @@ func TestAnswered(t *testing.T) {
 		require.True(t, p.Answered(time.Now()))
 	})
 }
+
+// A lease manager asks twice before it gives capacity back: with a grace
+// of a slice (how many leases it may release), then with none (whether it
+// may unlock them at once). A worker that sent each slice's budget as the
+// slice opened leans on the credit of the slice to come, so the second
+// answer is no, although the first was yes: the grace of the first is
+// credit nobody earns only if the manager waits it out, and the second
+// answer must not count it (it once did, and a peer took the partitions
+// at once: a strict sink throttled the pair in
+// TestHandOverAwaitsAStalledWorkersAnswers).
+func TestReleasableAskedAgainWithoutGrace(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		capa := &fakeCapacity{start: time.Now(), steps: []step{{-time.Hour, 1000}}}
+		p, err := pacing.New(pacing.Config{}, capa)
+		require.NoError(t, err)
+		for i := range 6 {
+			if i > 0 {
+				time.Sleep(slice)
+			}
+			s, err := p.Spend(t.Context(), 200)
+			require.NoError(t, err)
+			s.Answered()
+		}
+		now := time.Now()
+		require.True(t, p.Releasable(now, 0, slice), "unlocked a slice later, the last lump stays within the credit")
+		require.False(t, p.Releasable(now, 0, 0), "unlocked at once, a peer would earn beside the last lump")
+		require.True(t, p.Releasable(now, 0, slice), "the first yes still stands")
+	})
+}
