@@ -30,49 +30,31 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fakeSource serves a fixed list of records, then blocks.
 type fakeSource struct {
-	mu    sync.Mutex
-	recs  []ingest.Record
-	next  int
-	done  map[int64]int // offset → Done calls
-	added chan struct{} // closed and replaced when records are added
+	mu   sync.Mutex
+	recs []ingest.Record
+	next int
+	done map[int64]int // offset → Done calls
 }
 
 func newFakeSource(values ...string) *fakeSource {
-	s := &fakeSource{done: map[int64]int{}, added: make(chan struct{})}
-	s.add(values...)
+	s := &fakeSource{done: map[int64]int{}}
+	for i, v := range values {
+		s.recs = append(s.recs, ingest.Record{Value: []byte(v), Pos: ingest.Position{Topic: "t", Offset: int64(i)}})
+	}
 	return s
 }
 
-// add appends records with these values, waking a Fetch that waits.
-func (s *fakeSource) add(values ...string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, v := range values {
-		s.recs = append(s.recs, ingest.Record{Value: []byte(v), Pos: ingest.Position{Topic: "t", Offset: int64(len(s.recs))}})
-	}
-	close(s.added)
-	s.added = make(chan struct{})
-}
-
-// Fetch returns the next record, or waits for one to be added until ctx
-// is done.
 func (s *fakeSource) Fetch(ctx context.Context) (ingest.Record, error) {
-	for {
-		s.mu.Lock()
-		if s.next < len(s.recs) {
-			r := s.recs[s.next]
-			s.next++
-			s.mu.Unlock()
-			return r, nil
-		}
-		added := s.added
+	s.mu.Lock()
+	if s.next < len(s.recs) {
+		r := s.recs[s.next]
+		s.next++
 		s.mu.Unlock()
-		select {
-		case <-added:
-		case <-ctx.Done():
-			return ingest.Record{}, ctx.Err()
-		}
+		return r, nil
 	}
+	s.mu.Unlock()
+	<-ctx.Done()
+	return ingest.Record{}, ctx.Err()
 }
 
 func (s *fakeSource) Done(r ingest.Record) {

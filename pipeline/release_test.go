@@ -10,21 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
+	"github.com/sluicehq/sluice/ingest/ingesttest"
 	"github.com/sluicehq/sluice/pacing"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/sink"
 )
-
-// laggingSource is a fakeSource that reports its lag (ingest.Lagger): the
-// records not fetched yet, so that a worker whose source ran dry knows it
-// caught up.
-type laggingSource struct{ *fakeSource }
-
-func (s laggingSource) Lag() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return int64(len(s.recs) - s.next)
-}
 
 // releasingRate is a capacity of rate units/s that is given back the
 // moment the worker asks for nothing, as a lease manager does once the
@@ -98,40 +88,60 @@ func (c *releasingRate) SetDemand(d float64) {
 func TestRecordAfterTheCapacityWentBackIsSent(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		src, snk := newFakeSource(records(950)...), newFakeSink() // a backlog (more than the prefetch) whose last slice is not full
+		var values [][]byte
+		for _, v := range records(950) { // a backlog (more than the prefetch) whose last slice is not full
+			values = append(values, []byte(v))
+		}
+		// It reports its lag, so that the worker knows when it caught up.
+		src, snk := ingesttest.NewQueue("t", values...), newFakeSink()
 		capa := &releasingRate{rate: 1000, held: true, since: time.Now()}
 		pacer, err := pacing.New(pacing.Config{}, capa)
 		require.NoError(t, err)
 		capa.pacer = pacer
 		var once sync.Once
 		var releasedAt time.Time
+		released := make(chan struct{})
 		capa.onRelease = func() {
 			// The worker's next record arrives the moment its capacity
 			// went back, in the slice that said it wants nothing.
-			if (laggingSource{src}).Lag() > 0 || src.doneCount() == 0 {
+			if src.Lag() > 0 {
 				return // before the load was fetched
 			}
 			once.Do(func() {
 				releasedAt = time.Now()
-				src.add(`{"id":"late"}`)
+				src.Add([]byte(`{"id":"late"}`))
+				close(released)
 			})
 		}
 		p, err := pipeline.New(pipeline.Config{IDField: "id"}, pipeline.Ports{
-			Source: laggingSource{src}, DeadLetters: &fakeDLQ{reasons: map[string]string{}}, Sink: snk, Retry: sink.Policy{MaxAttempts: 3}, Pacer: pacer, Capacity: capa,
+			Source: src, DeadLetters: &fakeDLQ{reasons: map[string]string{}}, Sink: snk, Retry: sink.Policy{MaxAttempts: 3}, Pacer: pacer, Capacity: capa,
 		})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- p.Run(ctx) }()
 		deadline := time.Now().Add(30 * time.Second)
-		for src.doneCount() < 951 && time.Now().Before(deadline) {
+		finished := func() bool {
+			select {
+			case <-released: // the late record was added: Finished waits for it too
+			default:
+				return false
+			}
+			select {
+			case <-src.Finished():
+				return true
+			default:
+				return false
+			}
+		}
+		for !finished() && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		doneAt := time.Now()
 		cancel()
 		require.NoError(t, <-done)
 		require.False(t, releasedAt.IsZero(), "the worker never gave its capacity back")
-		require.Equal(t, 951, src.doneCount(), "records done; the last one arrived when the capacity went back at %v", releasedAt)
+		require.True(t, finished(), "951 records done; the last one arrived when the capacity went back at %v", releasedAt)
 		// Two slices: the rest of the one that said it wants nothing, and
 		// the one that asks again (this capacity comes back at once).
 		require.LessOrEqual(t, doneAt.Sub(releasedAt), 2*ingest.DefaultSlice, "the last record waited")
