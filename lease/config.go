@@ -77,16 +77,16 @@ type Config struct {
 	// of its own will (a share that shrank, a turn that ended, a demand
 	// that fell): whether its rate may drop to rate units/s at now without
 	// its recent sends ending up beyond its credit, its current rate still
-	// counting for grace after now (pacing.Pacer's Releasable). The
-	// manager asks with grace = Slice, the wait before a released lease is
-	// unlocked for its peers; while the answer is no the release waits for
-	// a later tick. When it says yes with grace 0 too, the lease is
-	// unlocked at once (once Answered says so). A yes is taken as the
-	// release it asked about: the pacer holds the sends that follow to
-	// the lower rate. Lost and expiring leases stop counting whatever it
-	// says. Called without the manager's lock held.
+	// counting for a grace after now, and the least such grace up to most
+	// (pacing.Pacer's Releasable). The manager asks with most = Slice;
+	// while the answer is no, it asks about fewer leases, and the rest
+	// wait for a later tick. The leases released are unlocked for their
+	// peers once the grace returned has passed (and Answered says so). A
+	// yes is taken as the release it asked about: the pacer holds the
+	// sends that follow to the lower rate. Lost and expiring leases stop
+	// counting whatever it says. Called without the manager's lock held.
 	// Default: every release waits a Slice before the unlock.
-	Releasable func(now time.Time, rate float64, grace time.Duration) bool
+	Releasable func(now time.Time, rate float64, most time.Duration) (grace time.Duration, ok bool)
 	// Answered, when set, reports whether every send the worker made
 	// before the given instant has had its answer (pacing.Pacer's
 	// Answered). A released lease is unlocked only once the sends made

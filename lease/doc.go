@@ -103,14 +103,15 @@
 // instead of filling the gap), and leases that stopped counting are kept
 // for HistoryKeep (10 s). Across a hand-over the giver's credit ends when it
 // stops counting and the taker's starts after its lock returned, so the
-// workers' credits never overlap on a partition. The giver unlocks one Slice
-// after it stopped counting: a pacer checks its one-second account at each
-// send, so a send just before the drop may rest on credit that reaches up
-// to a slice before a later window, and without the pause a taker earning
-// on the partition at once could push that window over the pool (seen as
-// +6.5 % in a sliding second at a two-worker hand-over under load). It
-// unlocks at once instead when Config.Releasable says, with a grace of 0,
-// that its sends do not lean on the partition. Its pacer holds its sends
+// workers' credits never overlap on a partition. The giver unlocks up to
+// one Slice after it stopped counting: a pacer checks its one-second
+// account at each send, so a send just before the drop may rest on credit
+// that reaches up to a slice before a later window, and without the pause
+// a taker earning on the partition at once could push that window over the
+// pool (seen as +6.5 % in a sliding second at a two-worker hand-over under
+// load). Config.Releasable gives the pause: the least that keeps the
+// giver's sends within its credit, 0 or a few milliseconds for a worker
+// that sent at the rate it earned (a slice without it). Its pacer holds its sends
 // of the second after the unlock to its new rate, so that they do not
 // spend credit earned on the partition before either. And it unlocks only
 // once every send it made before it stopped counting has been answered

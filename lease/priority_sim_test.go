@@ -136,7 +136,7 @@ func TestReleaseAwaitsTheAnswers(t *testing.T) {
 		mustEnsurePool(t, c, "", pool)
 		var answeredAt atomic.Int64 // unix ns; 0: answered long ago
 		bulk := start(t, Config{Pool: pool, WorkerID: "bulk", Priority: PriorityLow,
-			Releasable: func(time.Time, float64, time.Duration) bool { return true },
+			Releasable: func(time.Time, float64, time.Duration) (time.Duration, bool) { return 0, true },
 			Answered:   func(before time.Time) bool { return answeredAt.Load() <= time.Now().UnixNano() },
 		}, c)
 		bulk.SetDemand(ingest.Inf)

@@ -217,14 +217,13 @@ func (m *Manager) extended(h *held, start, until time.Time) bool {
 }
 
 // release gives up n leases, or as many as Config.Releasable allows now
-// (the rest at a later tick): they stop counting, then are unlocked — at
-// once when the worker's recent sends do not lean on them at all, else a
-// slice later (a pacer's sends just before it stopped counting a partition
-// may be justified by credit that reaches up to a slice past it, so a peer
-// must not start earning on the partition until that slice has passed),
-// and in either case only once the sends made before are answered
-// (Config.Answered). Without Config.Releasable every release waits the
-// slice.
+// (the rest at a later tick): they stop counting, then are unlocked after
+// the grace Config.Releasable returns (a pacer's sends just before it
+// stopped counting a partition may be justified by credit that reaches up
+// to a slice past it, so a peer must not start earning on the partition
+// until those sends are covered), and only once the sends made before are
+// answered (Config.Answered). Without Config.Releasable every release
+// waits a slice.
 func (m *Manager) release(ctx context.Context, n int) {
 	cool := m.cfg.Slice
 	if m.cfg.Releasable != nil {
@@ -232,14 +231,15 @@ func (m *Manager) release(ctx context.Context, n int) {
 		m.mu.Lock()
 		holding, per := len(m.held), m.sched.partitionRate(now)
 		m.mu.Unlock()
-		for n > 0 && !m.cfg.Releasable(now, float64(holding-n)*per, m.cfg.Slice) {
-			n--
+		for ; n > 0; n-- {
+			grace, ok := m.cfg.Releasable(now, float64(holding-n)*per, m.cfg.Slice)
+			if ok {
+				cool = grace
+				break
+			}
 		}
 		if n == 0 {
 			return
-		}
-		if m.cfg.Releasable(now, float64(holding-n)*per, 0) {
-			cool = 0
 		}
 	}
 	m.mu.Lock()

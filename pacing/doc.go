@@ -33,7 +33,8 @@
 // The bound looks back from each send: the pacer cannot know that a lease
 // will be lost, so a window that starts just before the worker's rate drops
 // may hold up to one slice more than its own integral. The lease side
-// unlocks a released partition only a slice after it stopped counting, and
+// unlocks a released partition only once no send leans on it (Releasable
+// gives the wait, at most a slice after it stopped counting), and
 // the gainer's account holds its sends to the credit earned since the
 // gain, which keeps the pool within capacity when a partition changes
 // hands (TestHandOver). A lease manager gives capacity back of its own
@@ -45,9 +46,10 @@
 // the unlock, on which nobody earns), Spend admits a send only if the
 // account, with it, stays within the new rate's credit, plus the freed
 // rate over the grace, in every coming window too. A rate gained while
-// the bucket fills at the old rate raises it from the next slice; the
-// first rate after none starts with a full bucket, so leases just taken
-// are used in the same slice.
+// the bucket fills at the old rate adds a slice of the gain to the bucket
+// at the next opening, as the first rate after none starts with a full
+// bucket: leases just taken are used at once, and the account holds each
+// send to the credit they earned.
 //
 // # Judged at the sink
 //

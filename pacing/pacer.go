@@ -249,14 +249,17 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 		// holds every send to the credit earned since they were gained.
 		p.lim = rate.NewLimiter(rate.Limit(flow), burst)
 	} else {
-		gained := p.gained(open, now, r, flow)
+		gained := p.gained(open, r, flow)
 		p.lim.SetLimitAt(open, rate.Limit(flow))
 		p.lim.SetBurstAt(open, burst)
 		if gained > 0 {
 			// The rate rose during the last slice: the bucket filled at
-			// the old flow, but leases gained mid-slice earned credit
-			// from the moment they counted. Add what they earned, so they
-			// are used in this slice rather than one slice later.
+			// the old flow. Like a first rate, the leases gained are used
+			// at once: a slice of their flow, so that the sends that
+			// follow flow at the new rate from this slice on, not from
+			// the next (a peer's backlog drains at once when a worker
+			// runs dry). The account holds every send to the credit
+			// earned since they were gained.
 			tokens := min(p.lim.TokensAt(open)+gained, float64(burst))
 			p.lim = rate.NewLimiter(rate.Limit(flow), burst)
 			p.lim.ReserveN(open, burst-int(tokens))
@@ -315,7 +318,7 @@ func (p *Pacer) Spend(ctx context.Context, units int64) (ingest.Send, error) {
 		if p.pinned(now) {
 			// Capacity went to a peer: the send must leave the account
 			// releasable at the rate now.
-			short = max(short, p.beyond(now, r, 0, units))
+			short = max(short, p.beyond(now, r, units))
 		}
 		if short <= epsilon {
 			s := p.record(now, units)
@@ -482,18 +485,15 @@ func (p *Pacer) rate(now time.Time) float64 {
 }
 
 // gained is how many more tokens the flow planned at the opening now, at
-// rate r, would have put in the bucket since the last opening than the
-// limiter's old flow did: the credit earned over the last slice, scaled as
-// flow is, minus the old flow's accrual; 0 when the rate has not risen or
-// there was no last opening. p.mu is held.
-func (p *Pacer) gained(open, now time.Time, r, flow float64) float64 {
+// rate r, puts in the bucket than the limiter's old flow did: a slice of
+// their difference, when the flow rose since the last opening; 0 when it
+// has not or there was no last opening. p.mu is held.
+func (p *Pacer) gained(open time.Time, r, flow float64) float64 {
 	old := float64(p.lim.Limit())
 	if p.opened.IsZero() || !(flow > old) || !(r > 0) || !open.After(p.opened) {
 		return 0
 	}
-	from := maxTime(p.opened, open.Add(-p.slice))
-	earned := p.credit(from, open, now, r) * flow / r
-	return earned - old*open.Sub(from).Seconds()
+	return (flow - old) * p.slice.Seconds()
 }
 
 // burst is one slice at rate r in whole units, rounded up so that a rate

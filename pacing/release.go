@@ -10,46 +10,54 @@ const releaseStep = 20 * time.Millisecond
 
 // Releasable reports whether the worker's rate may drop from its current
 // rate to rate (units/s) at now without a send already in its account
-// ending up beyond its credit: in every sliding window of the coming one,
-// the units the account still holds must stay within the credit earned
-// before now, plus the current rate for grace after now (a lease released
-// but unlocked only after grace, on which no peer earns meanwhile) and
-// rate after it. Smooth sending always passes; what does
-// not is a send admitted against credit the next second was to earn — a
-// record costlier than a slice, sent on debt — whose window a peer taking
-// the capacity over would share. A lease manager asks before it gives
-// capacity back of its own will, and waits while the answer is no.
-// Sends in flight count as answered now.
+// ending up beyond its credit, and the least grace, at most most, that
+// this takes: in every sliding window of the coming one, the units the
+// account still holds must stay within the credit earned before now, plus
+// the current rate for grace after now (a lease released but unlocked
+// only after grace, on which no peer earns meanwhile) and rate after it.
+// Smooth sending passes with a grace of 0 or a few milliseconds; what
+// needs more is a send admitted against credit the next slice was to
+// earn — a slice's budget sent as the slice opened, a record costlier
+// than a slice sent on debt — whose window a peer taking the capacity
+// over at once would share. A lease manager asks before it gives
+// capacity back of its own will, unlocks what it released after the
+// grace returned, and waits while the answer is no. Sends in flight count
+// as answered now.
 //
 // A yes is taken as the release it asked about: a peer earns on the
 // capacity from grace after now, so for a Window after that the pacer
 // holds every send to the same test (see Spend), and no later send leans
 // on the credit the worker earned before now either (a worker sending
 // below its rate has such credit in its account's window, and would
-// spend it beside the peer). Asked again at the same instant, with a
-// shorter grace, it judges without the yes before (whose grace is idle
-// credit only if the manager waits it out), and a yes replaces it: the
-// manager unlocks sooner.
+// spend it beside the peer).
 // Safe for concurrent use; it reads the Capacity's Credit, so the caller
 // must not hold a lock Credit takes.
-func (p *Pacer) Releasable(now time.Time, rate float64, grace time.Duration) bool {
+func (p *Pacer) Releasable(now time.Time, rate float64, most time.Duration) (grace time.Duration, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pinned(now) // drops the pins no send can share a window with any more
-	var replaced []pin
-	if n := len(p.pins); n > 0 && p.pins[n-1].at.Equal(now) {
-		// Asked again at the same instant: judged without the yes it
-		// would replace, whose grace would count as credit nobody earns.
-		replaced = p.pins[n-1:]
-		p.pins = p.pins[:n-1]
+	rate = max(rate, 0)
+	current := p.capped(p.rate(now))
+	grace, ok = time.Duration(0), true
+	p.windows(now, 0, func(units, earned float64, d time.Duration) {
+		need := units - earned - rate*d.Seconds() // beyond the credit with no grace
+		if need <= epsilon || !ok {
+			return
+		}
+		// Each second of grace adds current − rate to the window's credit,
+		// up to the window's part after now.
+		g := time.Duration(math.Ceil(need / (current - rate) * float64(time.Second)))
+		if !(current > rate) || g > d || g > most {
+			ok = false
+			return
+		}
+		grace = max(grace, g)
+	})
+	if !ok {
+		return 0, false
 	}
-	if p.beyond(now, rate, grace, 0) > epsilon {
-		p.pins = append(p.pins, replaced...)
-		return false
-	}
-	freed := max(p.capped(p.rate(now))-max(rate, 0), 0)
-	p.pins = append(p.pins, pin{at: now, freed: freed, grace: grace})
-	return true
+	p.pins = append(p.pins, pin{at: now, freed: max(current-rate, 0), grace: grace})
+	return grace, true
 }
 
 // pin is a release Releasable said yes to: at, the worker's rate dropped by
@@ -81,18 +89,30 @@ func (p *Pacer) pinned(now time.Time) bool {
 
 // beyond returns by how many units, at most, the account plus a send of
 // units at now would pass the credit of a sliding window of the coming
-// one, were the rate to drop to rate after grace (see Releasable); ≤ 0
-// when it passes none. A window's credit includes, for each release pinned,
-// the freed rate over the part of its grace inside the window (no peer
-// earned on it then). It looks at the windows starting every
-// releaseStep of the last Window (on a grid fixed in time, so the credit
-// before each start is read once: Capacity.Credit never changes for
-// instants already past), at those starting at each pinned release,
-// where the credit of the coming windows is least, and at the one
-// starting now, which holds the sends in flight; a window starting
-// between two steps may hold a little more (the old rate's credit over
-// less than a step). p.mu is held.
-func (p *Pacer) beyond(now time.Time, rate float64, grace time.Duration, units int64) float64 {
+// one at rate from now on (see Releasable and windows); ≤ 0 when it
+// passes none. p.mu is held.
+func (p *Pacer) beyond(now time.Time, rate float64, units int64) float64 {
+	most := math.Inf(-1)
+	p.windows(now, units, func(held, earned float64, d time.Duration) {
+		most = max(most, held-earned-rate*d.Seconds())
+	})
+	return most
+}
+
+// windows calls check for the sliding windows of the coming one that a
+// release must keep within their credit, each with the units the account
+// plus a send of units at now still holds at its end, the credit it earned
+// before now (for each release pinned, the freed rate over the part of its
+// grace inside the window included: no peer earned on it then) and its
+// part after now. It looks at the windows starting every releaseStep of
+// the last Window (on a grid fixed in time, so the credit before each
+// start is read once: Capacity.Credit never changes for instants already
+// past), at those starting at each pinned release, where the credit of
+// the coming windows is least, and at the one starting now, which holds
+// the sends in flight; a window starting between two steps may hold a
+// little more (the old rate's credit over less than a step). p.mu is
+// held.
+func (p *Pacer) windows(now time.Time, units int64, check func(held, earned float64, d time.Duration)) {
 	end := now.Add(p.window)
 	held := append(p.held[:0], leaving{end, units})
 	for _, s := range p.spends {
@@ -105,11 +125,7 @@ func (p *Pacer) beyond(now time.Time, rate float64, grace time.Duration, units i
 		}
 	}
 	p.held = held
-	current := p.capped(p.rate(now))
-	most := math.Inf(-1)
-	// check looks at the window [from, from + Window), whose credit
-	// earned before now is past.
-	check := func(from time.Time, past float64) {
+	window := func(from time.Time, past float64) {
 		u := from.Add(p.window)
 		if !u.After(now) {
 			return
@@ -120,22 +136,20 @@ func (p *Pacer) beyond(now time.Time, rate float64, grace time.Duration, units i
 				units += l.units
 			}
 		}
-		d := u.Sub(now)
-		credit := max(past, 0) + current*min(d, grace).Seconds() + rate*max(d-grace, 0).Seconds()
+		earned := max(past, 0)
 		for _, q := range p.pins {
-			credit += q.idle(from, u)
+			earned += q.idle(from, u)
 		}
-		most = max(most, float64(units)-credit)
+		check(float64(units), earned, u.Sub(now))
 	}
 	origin, upToNow := p.past.at(now, p)
 	for i, c := range p.past.sums {
-		check(origin.Add(time.Duration(i)*releaseStep), upToNow-c)
+		window(origin.Add(time.Duration(i)*releaseStep), upToNow-c)
 	}
 	for _, q := range p.pins {
-		check(q.at, p.credit(q.at, now, now, 0))
+		window(q.at, p.credit(q.at, now, now, 0))
 	}
-	check(now.Add(-time.Nanosecond), 0) // what is in flight, and this send
-	return most
+	window(now.Add(-time.Nanosecond), 0) // what is in flight, and this send
 }
 
 // leaving is a send's units and when they leave the account.

@@ -75,7 +75,10 @@ const (
 //     for nothing once the source has had nothing for dryAfter.
 //
 // The fetcher updates started and fetchingSince; the slice loop calls
-// estimate.
+// estimate at every slice, every idleWait while idle, and as soon as a
+// slice ran dry with its sends out (so a worker that caught up gives its
+// leases back then, not a slice later), and again before it sends a
+// record that came after that.
 type demand struct {
 	leaseAhead    bool
 	slice         time.Duration

@@ -66,10 +66,12 @@ func (c *releasingRate) SetDemand(d float64) {
 	}
 	c.mu.Unlock()
 	// Releasable reads Credit, which takes c.mu.
-	if d != 0 || !held || !c.pacer.Releasable(now, 0, ingest.DefaultSlice) {
+	if d != 0 || !held {
 		return
 	}
-	c.pacer.Releasable(now, 0, 0) // unlocked at once when the account allows
+	if _, ok := c.pacer.Releasable(now, 0, ingest.DefaultSlice); !ok {
+		return
+	}
 	c.mu.Lock()
 	c.held = false
 	c.spans = append(c.spans, [2]time.Time{c.since, now})

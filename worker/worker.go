@@ -257,8 +257,10 @@ func New(cfg Config) (_ *Worker, err error) {
 	mgr, err := lease.New(lease.Config{
 		Pool: cfg.Pool, WorkerID: cfg.WorkerID, RequestTimeout: cfg.RequestTimeout, Slice: cfg.Slice,
 		Reserved: cfg.Reserved, Priority: cfg.Priority, Weight: cfg.Weight, Logger: log,
-		Releasable: func(now time.Time, rate float64, grace time.Duration) bool { return pacer.Releasable(now, rate, grace) },
-		Answered:   func(before time.Time) bool { return pacer.Answered(before) },
+		Releasable: func(now time.Time, rate float64, most time.Duration) (time.Duration, bool) {
+			return pacer.Releasable(now, rate, most)
+		},
+		Answered: func(before time.Time) bool { return pacer.Answered(before) },
 	}, cfg.Redis...)
 	if err != nil {
 		return nil, err
