@@ -195,6 +195,15 @@ type GuardReporter interface {
 	Guard() time.Duration
 }
 
+// RiseReporter is implemented by pacers that open the next slice at once
+// when the worker's rate rose since the current one opened (leases just
+// gained): Rose reports whether it has. The pipeline then stops sending
+// the current slice's budget and asks Next for the next slice, so that
+// the gain flows at once rather than from the next slice on.
+type RiseReporter interface {
+	Rose() bool
+}
+
 // BacklogReporter is implemented by capacities that publish the worker's
 // backlog, for the pool's ETA: the units waiting for it (queue lag and
 // what it fetched), -1 when unknown.

@@ -19,6 +19,7 @@ var (
 	_ ingest.Pacer            = (*Pacer)(nil)
 	_ ingest.ThrottleFeedback = (*Pacer)(nil)
 	_ ingest.GuardReporter    = (*Pacer)(nil)
+	_ ingest.RiseReporter     = (*Pacer)(nil)
 )
 
 // Defaults for Config.
@@ -95,6 +96,7 @@ type Pacer struct {
 	spends   []*spend      // oldest first; those still in the account
 	next     time.Time     // when the next slice opens; zero before the first
 	opened   time.Time     // when the current slice opened: its sends draw on the bucket as of then
+	planned  float64       // the rate, in units/s, the current slice was planned with (capped)
 	answered chan struct{} // closed and replaced when an answer arrives
 
 	pins    []pin         // the releases Releasable said yes to whose windows a send may still share: the sends that follow keep the account releasable
@@ -191,8 +193,10 @@ func New(cfg Config, capa Capacity) (*Pacer, error) {
 // (≥ 0): what the token bucket allows, within what the sliding account will
 // hold by the end of the slice if the rate stays as it is. A slice opens
 // Slice after the previous one (10 ms after one with no rate, so that a
-// lease just gained is used at once); the first opens at
-// once, and one whose time has passed when Next is called opens at once but
+// lease just gained is used at once); the first opens at once, and so
+// does one asked for after the rate rose since the previous one opened
+// (Rose: the gain adds a slice of its flow to the bucket, see below), and
+// one whose time has passed when Next is called opens at once but
 // keeps its planned time for the bucket and the next slice (unless it is a
 // whole slice late). Each send is still checked against the account by
 // Spend.
@@ -209,13 +213,14 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 		return 0, context.Cause(ctx)
 	}
 	p.mu.Lock()
-	open := p.next
+	open, rose := p.next, p.rose(time.Now())
 	p.mu.Unlock()
-	if time.Since(open) > p.slice {
-		// The first slice, or a stall: a new grid starts now. A slice
-		// opened late by less than a slice keeps the grid, so the delays
-		// of a busy machine do not stretch every slice, and the bucket is
-		// read at the planned opening, so a late slice loses no tokens.
+	if rose || time.Since(open) > p.slice {
+		// The first slice, a stall, or a rate that rose: a new grid
+		// starts now. A slice opened late by less than a slice keeps the
+		// grid, so the delays of a busy machine do not stretch every
+		// slice, and the bucket is read at the planned opening, so a late
+		// slice loses no tokens.
 		open = time.Now()
 	}
 	if err := sleepUntil(ctx, open); err != nil {
@@ -281,7 +286,7 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 		// holds it within the slice, and Spend sends it the moment it does.
 		budget = want
 	}
-	p.next, p.opened = open.Add(p.slice), open
+	p.next, p.opened, p.planned = open.Add(p.slice), open, r
 	if r == 0 {
 		// No valid lease: look again soon, so that a lease just gained
 		// is used at once rather than a slice later.
@@ -338,6 +343,20 @@ func (p *Pacer) Spend(ctx context.Context, units int64) (ingest.Send, error) {
 			return ingest.Send{}, err
 		}
 	}
+}
+
+// Rose reports whether the worker's rate rose since the current slice
+// opened: Next then opens the next slice at once, with a slice of the
+// gain (see Next). Safe for concurrent use.
+func (p *Pacer) Rose() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rose(time.Now())
+}
+
+// rose is Rose at now. p.mu is held.
+func (p *Pacer) rose(now time.Time) bool {
+	return !p.opened.IsZero() && p.planned > 0 && p.capped(p.rate(now)) > p.planned+epsilon
 }
 
 // record adds a send of units at now. p.mu is held.

@@ -500,9 +500,12 @@ func TestRateChange(t *testing.T) {
 				}
 
 				var after []slc
+				var before slc // the last slice opened before the change
 				for _, s := range ss {
 					if s.open > change {
 						after = append(after, s)
+					} else {
+						before = s
 					}
 				}
 				require.NotEmpty(t, after)
@@ -515,11 +518,20 @@ func TestRateChange(t *testing.T) {
 					}
 					return
 				}
-				// Gained: the first slice after the change flows at the new
-				// rate (a lease gained mid-slice does not wait a slice
-				// more), and the account holds its sends to the credit,
-				// which counts from the change, not before (above).
-				for _, s := range after {
+				// Gained: the first slice after the change opens as soon as
+				// it is asked for, its bucket what the old flow put in it
+				// plus a slice of the gain, so that the sends flow at the
+				// new rate from then on (a lease gained mid-slice does not
+				// wait a slice more); the account holds them to the
+				// credit, which counts from the change, not before (above).
+				if tt.from > 0 {
+					require.Less(t, first.open, before.open+slice, "opened at once")
+					want := tt.from*(first.open-before.open).Seconds() + (tt.to-tt.from)*slice.Seconds()
+					require.InDelta(t, want, float64(first.budget), 1, "the old flow's tokens and a slice of the gain")
+				} else {
+					require.Equal(t, burst(tt.to), first.budget, "a first rate starts with a full bucket")
+				}
+				for _, s := range after[1:] {
 					require.Equalf(t, burst(tt.to), s.budget, "slice at %v", s.open)
 				}
 			})

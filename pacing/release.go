@@ -2,6 +2,7 @@ package pacing
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -46,8 +47,12 @@ func (p *Pacer) Releasable(now time.Time, rate float64, most time.Duration) (gra
 		}
 		// Each second of grace adds current − rate to the window's credit,
 		// up to the window's part after now.
-		g := time.Duration(math.Ceil(need / (current - rate) * float64(time.Second)))
-		if !(current > rate) || g > d || g > most {
+		if !(current > rate) || need > (current-rate)*d.Seconds()+epsilon {
+			ok = false
+			return
+		}
+		g := min(time.Duration(math.Ceil(need/(current-rate)*float64(time.Second))), d)
+		if g > most {
 			ok = false
 			return
 		}
@@ -104,25 +109,35 @@ func (p *Pacer) beyond(now time.Time, rate float64, units int64) float64 {
 // plus a send of units at now still holds at its end, the credit it earned
 // before now (for each release pinned, the freed rate over the part of its
 // grace inside the window included: no peer earned on it then) and its
-// part after now. It looks at the windows starting every releaseStep of
-// the last Window (on a grid fixed in time, so the credit before each
-// start is read once: Capacity.Credit never changes for instants already
-// past), at those starting at each pinned release, where the credit of
-// the coming windows is least, and at the one starting now, which holds
-// the sends in flight; a window starting between two steps may hold a
-// little more (the old rate's credit over less than a step). p.mu is
-// held.
+// part after now. Between two instants at which a held send leaves, the
+// units a window holds stay the same while its credit changes with the
+// rate a Window before and the rate after now, so the windows that hold
+// the most beyond their credit end just before a send leaves, or where
+// the rate changed a Window before: it looks at the first, at the windows
+// starting every releaseStep of the last Window (on a grid fixed in time,
+// so the credit before each start is read once: Capacity.Credit never
+// changes for instants already past), at those starting at each pinned
+// release, where the credit of the coming windows is least, and at the
+// one starting now, which holds the sends in flight. A window that
+// starts between two steps where the rate changed may hold a little more
+// (the old rate's credit over less than a step). p.mu is held.
 func (p *Pacer) windows(now time.Time, units int64, check func(held, earned float64, d time.Duration)) {
 	end := now.Add(p.window)
-	held := append(p.held[:0], leaving{end, units})
+	held := append(p.held[:0], leaving{at: end, units: units})
 	for _, s := range p.spends {
 		at, ok := p.leaves(s)
 		if !ok {
 			at = end
 		}
 		if at.After(now) {
-			held = append(held, leaving{at, s.units})
+			held = append(held, leaving{at: at, units: s.units})
 		}
+	}
+	slices.SortFunc(held, func(a, b leaving) int { return a.at.Compare(b.at) })
+	var after int64
+	for i := len(held) - 1; i >= 0; i-- {
+		after += held[i].units
+		held[i].after = after
 	}
 	p.held = held
 	window := func(from time.Time, past float64) {
@@ -130,11 +145,16 @@ func (p *Pacer) windows(now time.Time, units int64, check func(held, earned floa
 		if !u.After(now) {
 			return
 		}
-		var units int64
-		for _, l := range held {
+		// The sends leaving after u: the first of them on.
+		i, _ := slices.BinarySearchFunc(held, u, func(l leaving, u time.Time) int {
 			if l.at.After(u) {
-				units += l.units
+				return 1
 			}
+			return -1
+		})
+		var units int64
+		if i < len(held) {
+			units = held[i].after
 		}
 		earned := max(past, 0)
 		for _, q := range p.pins {
@@ -149,13 +169,22 @@ func (p *Pacer) windows(now time.Time, units int64, check func(held, earned floa
 	for _, q := range p.pins {
 		window(q.at, p.credit(q.at, now, now, 0))
 	}
+	for i, l := range held {
+		if i+1 < len(held) && held[i+1].at.Equal(l.at) {
+			continue // the last of those leaving together
+		}
+		if from := l.at.Add(-p.window - time.Nanosecond); from.Before(now) {
+			window(from, p.credit(from, now, now, 0)) // just before l leaves
+		}
+	}
 	window(now.Add(-time.Nanosecond), 0) // what is in flight, and this send
 }
 
-// leaving is a send's units and when they leave the account.
+// leaving is a send's units and when they leave the account; after, in
+// windows, the units of the sends leaving at or after it.
 type leaving struct {
-	at    time.Time
-	units int64
+	at           time.Time
+	units, after int64
 }
 
 // pastCredit caches the credit earned before instants already past, on a

@@ -155,6 +155,12 @@ func TestDemandRidesOutAPause(t *testing.T) {
 		got = step(56)
 	}
 	t.Logf("a drop to 280/s followed in %d slices", fell)
+	rose := 0
+	for got := 280.0; got < 2000; rose++ { // 2,800/s from here
+		require.Less(t, rose, int((fallWindow+fallConfirm)/slice), "the rise not followed within fallWindow + fallConfirm")
+		got = step(560)
+	}
+	t.Logf("a rise to 2,800/s followed in %d slices", rose)
 }
 
 // startedDemand is the demand of a worker that fetched its first record,

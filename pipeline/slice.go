@@ -138,10 +138,11 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		if budget > 0 && spent < budget && !p.ranges.holding() {
 			span = time.Duration(float64(span) * float64(spent) / float64(budget))
 		}
-		if !p.dispatch(ctx, writeCtx, writing, batches, open, span) {
+		cut, ok := p.dispatch(ctx, writeCtx, writing, batches, open, span)
+		if !ok {
 			return
 		}
-		if !probe && !p.ranges.active() {
+		if !cut && !probe && !p.ranges.active() {
 			// (With hot key ranges in play the budget is left unspent
 			// on purpose: their records wait for their range's rate.)
 			var ok bool
@@ -196,8 +197,8 @@ func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup,
 		// At the budget's rate: n units take n/budget of the slice.
 		span := min(time.Duration(float64(p.cfg.Slice)*float64(n)/float64(budget)), end.Sub(now))
 		spent += n
-		if !p.dispatch(ctx, writeCtx, writing, batches, now, span) {
-			return nil, false
+		if cut, ok := p.dispatch(ctx, writeCtx, writing, batches, now, span); !ok || cut {
+			return head, ok
 		}
 	}
 	return head, true
@@ -339,12 +340,16 @@ func (p *Pipeline) take(now time.Time, budget int64, head *item, probe bool, siz
 }
 
 // dispatch sends batches, the i-th of n at open + i × span/n, each through
-// the pacer's account and a request slot. It returns false once ctx is
-// done; the batches not sent then stay un-Done and are redelivered.
-func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGroup, batches []*batch, open time.Time, span time.Duration) bool {
+// the pacer's account and a request slot. When the worker's rate rose
+// since the slice opened (ingest.RiseReporter), it stops: the batches not
+// sent are taken again, first, by the slice the pacer then opens at once
+// with the gain, and cut is true. ok is false once ctx is done; the
+// batches not sent then stay un-Done and are redelivered.
+func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGroup, batches []*batch, open time.Time, span time.Duration) (cut, ok bool) {
 	if len(batches) == 0 {
-		return true
+		return false, true
 	}
+	riser, _ := p.p.Pacer.(ingest.RiseReporter)
 	step := span / time.Duration(len(batches))
 	var shift time.Duration // how long the account held sends back so far
 	for i, u := range batches {
@@ -354,7 +359,7 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 		// busy machine do not add up over the slice.
 		due := open.Add(shift + time.Duration(i)*step)
 		if !sleepUntil(ctx, due) {
-			return false
+			return false, false
 		}
 		if p.breaker.halted() {
 			// A write failed as a whole since the slice opened: what is
@@ -364,7 +369,15 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 				u.due, u.keep = now, true
 				p.pushRetry(u)
 			}
-			return true
+			return false, true
+		}
+		if i > 0 && riser != nil && riser.Rose() {
+			now := time.Now()
+			for _, u := range batches[i:] {
+				u.due = now
+				p.pushRetry(u)
+			}
+			return true, true
 		}
 		if !u.keep && p.ranges.active() {
 			// A range may have been found or cut since the slice opened.
@@ -375,12 +388,12 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 		select {
 		case p.requests <- struct{}{}:
 		case <-ctx.Done():
-			return false
+			return false, false
 		}
 		sent, err := p.p.Pacer.Spend(ctx, u.cost)
 		if err != nil {
 			<-p.requests
-			return false
+			return false, false
 		}
 		p.c.NoteSent(sent.At, u.cost)
 		if held := sent.At.Sub(due); held > step/2 {
@@ -392,7 +405,7 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 			p.write(writeCtx, u, sent.Answered)
 		})
 	}
-	return true
+	return false, true
 }
 
 // nextFresh returns the next fetched record that can be sent, without
