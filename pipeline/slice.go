@@ -351,12 +351,16 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 	}
 	riser, _ := p.p.Pacer.(ingest.RiseReporter)
 	step := span / time.Duration(len(batches))
-	var shift time.Duration // how long the account held sends back so far
+	var shift time.Duration // how long sends were held back so far
 	for i, u := range batches {
-		// On schedule; a send the account held back (longer than half a
-		// step) shifts the ones after it by as much, so they keep their
-		// spacing instead of going in a bunch, while the small delays of a
-		// busy machine do not add up over the slice.
+		// On schedule; a send the account or the request bound held back
+		// shifts the ones after it by as much, so they keep their spacing
+		// instead of going in a bunch (a hold shorter than half a step
+		// once put two sends of every worker within a few ms of each
+		// other a second after a load's first slices, when the accounts
+		// fill: a sliding 200 ms at the sink then held 1.1 slices), while
+		// a busy machine's late wake-ups shift them only beyond half a
+		// step, so that their small delays do not add up over the slice.
 		due := open.Add(shift + time.Duration(i)*step)
 		if !sleepUntil(ctx, due) {
 			return false, false
@@ -385,6 +389,10 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 				continue
 			}
 		}
+		woke := time.Now()
+		if late := woke.Sub(due); late > step/2 {
+			shift += late
+		}
 		select {
 		case p.requests <- struct{}{}:
 		case <-ctx.Done():
@@ -396,9 +404,7 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 			return false, false
 		}
 		p.c.NoteSent(sent.At, u.cost)
-		if held := sent.At.Sub(due); held > step/2 {
-			shift += held
-		}
+		shift += max(sent.At.Sub(woke), 0)
 		u.epoch = p.breaker.successes()
 		writing.Go(func() {
 			defer func() { <-p.requests }()
