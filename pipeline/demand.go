@@ -254,6 +254,14 @@ func (r *recentUnits) sum(now time.Time) int64 {
 	return r.w.Sum(max(now.Sub(r.epoch), 0))
 }
 
+// caughtUp reports whether the source has had nothing to fetch and no lag
+// for caughtUpAfter at now: when estimate answers an idle worker with its
+// arrival rate.
+func (d *demand) caughtUp(now time.Time) bool {
+	since := d.fetchingSince.Load()
+	return since != 0 && now.Sub(time.Unix(0, since)) >= caughtUpAfter && d.lag != nil && d.lag() == 0
+}
+
 // lagging reports whether the source says records wait in the queue beyond
 // those fetched.
 func (d *demand) lagging() bool { return d.lag != nil && d.lag() > 0 }

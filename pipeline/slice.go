@@ -164,20 +164,28 @@ func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup,
 	for spent < budget {
 		if head == nil {
 			if head = p.nextFresh(); head == nil {
-				// The slice ran dry and its sends are out: what it asks
-				// for now, not at the next slice, so that leases it no
-				// longer needs reach peers with backlogs at once.
-				p.setDemand(false, 0, nil)
+				// The slice ran dry and its sends are out: a worker whose
+				// source caught up says what it asks for now, not at the
+				// next slice, so that leases it no longer needs reach
+				// peers with backlogs at once (not one whose queue is
+				// only between two fetches, which would give its leases
+				// back and take them again).
+				announced := p.demand.caughtUp(time.Now())
+				if announced {
+					p.setDemand(false, 0, nil)
+				}
 				if head, ok = p.awaitUntil(ctx, end); !ok {
 					return nil, false
 				}
 				if head == nil {
 					return nil, true
 				}
-				// A record came after all: asked for before it is sent,
-				// or its send would wait for credit on leases given back
-				// (and the slice loop with it, for good).
-				p.setDemand(false, 0, head)
+				if announced {
+					// A record came after all: asked for before it is
+					// sent, or its send would wait for credit on leases
+					// given back (and the slice loop with it, for good).
+					p.setDemand(false, 0, head)
+				}
 			}
 		}
 		if !p.gather(ctx, end) {
