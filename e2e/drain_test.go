@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // Case 1: the USGS file bulk-loaded while three worker processes drain it,
@@ -34,28 +35,18 @@ import (
 // slices in some runs (1.11-1.13; TestSinkSideSecondHoldsWithDefaults
 // judges fixed 200 ms at 1,000 records/s).
 func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
-	runs, err := strconv.Atoi(cmp.Or(os.Getenv("SLUICE_E2E_RUNS"), "10"))
-	require.NoError(t, err, "SLUICE_E2E_RUNS")
+	runs := e2eRuns(t, 10)
 	const capacity = 2000
 	var seconds, slicesOver, utilizations []float64
 	for run := range runs {
 		t.Run(fmt.Sprintf("run %d", run+1), func(t *testing.T) {
-			e := newEnv(t, capacity, 20, 15*time.Second)
-			for i := range 3 {
-				e.worker(fmt.Sprintf("w%d", i+1))
-			}
-			e.awaitGroup(3)
 			summary := filepath.Join(t.TempDir(), "summary.json")
-			code, out := e.run(3*time.Minute, append(append([]string{"bulk-load", "--workers", "0"}, e.common()...),
-				"--summary-json", summary, usgs)...)
-			require.Equal(t, 0, code, out)
+			e, st, utilization := drainUSGS(t, capacity, 20, 3, "--summary-json", summary)
 			require.EqualValues(t, usgsRecords, readSummaryFile(t, summary).RecordsProduced, "the load produced the whole file")
-			st := e.awaitAccepted(usgsRecords, time.Minute)
 			e.report(st)
 			require.EqualValues(t, usgsRecords, st.Accepted, "every record at the sink")
 			require.Zero(t, st.Duplicates, "every record exactly once")
 			require.Zero(t, st.Throttled)
-			utilization := float64(usgsRecords) / capacity / st.LastChargeAt.Sub(st.FirstChargeAt).Seconds()
 			t.Logf("busiest second %d, busiest sliding 200 ms after the first second %d, utilization %.3f; per 200 ms %v",
 				st.MaxUnits1s, st.MaxUnits200msSteady, utilization, st.UnitsPer200ms)
 			seconds = append(seconds, float64(st.MaxUnits1s)/capacity)
@@ -67,6 +58,33 @@ func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
 	}
 	t.Logf("%d runs: busiest second ÷ capacity %.3f, busiest sliding 200 ms ÷ slice %.3f, utilization %.3f",
 		runs, seconds, slicesOver, utilizations)
+}
+
+// e2eRuns is how many times a rate case runs: SLUICE_E2E_RUNS, or def.
+func e2eRuns(t *testing.T, def int) int {
+	t.Helper()
+	runs, err := strconv.Atoi(cmp.Or(os.Getenv("SLUICE_E2E_RUNS"), strconv.Itoa(def)))
+	require.NoError(t, err, "SLUICE_E2E_RUNS")
+	return runs
+}
+
+// drainUSGS starts workers worker processes on a new env of capacity
+// records/s in partitions partitions, produces the USGS file with
+// `bulk-load --workers 0` and the extra flags, and returns the env, the
+// sink's stats once it has accepted every record, and the utilization at
+// the sink: the ideal time over the span from its first accept to its
+// last.
+func drainUSGS(t *testing.T, capacity, partitions, workers int, extra ...string) (*env, sinkwire.Stats, float64) {
+	t.Helper()
+	e := newEnv(t, capacity, partitions, 15*time.Second)
+	for i := range workers {
+		e.worker(fmt.Sprintf("w%d", i+1))
+	}
+	e.awaitGroup(workers)
+	code, out := e.run(3*time.Minute, append(append(append([]string{"bulk-load", "--workers", "0"}, e.common()...), extra...), usgs)...)
+	require.Equal(t, 0, code, out)
+	st := e.awaitAccepted(usgsRecords, time.Minute)
+	return e, st, float64(usgsRecords) / float64(capacity) / st.LastChargeAt.Sub(st.FirstChargeAt).Seconds()
 }
 
 // Case 6: records produced by an independent client (kcat) are ingested like
@@ -154,8 +172,7 @@ func readOne(t *testing.T, topic string) kafka.Message {
 // load, and a pod that joins or leaves the pool late, or records produced
 // late, a few tenths more on a loaded machine.
 func TestSinkSideSecondHoldsWithDefaults(t *testing.T) {
-	runs, err := strconv.Atoi(cmp.Or(os.Getenv("SLUICE_E2E_RUNS"), "5"))
-	require.NoError(t, err, "SLUICE_E2E_RUNS")
+	runs := e2eRuns(t, 5)
 	const capacity = 1000
 	for _, workers := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
@@ -163,14 +180,7 @@ func TestSinkSideSecondHoldsWithDefaults(t *testing.T) {
 			for run := range runs {
 				// 20 capacity partitions for two workers, 24 for three: a pool
 				// that divides evenly among the workers, as docs/production.md advises.
-				e := newEnv(t, capacity, map[int]int{2: 20, 3: 24}[workers], 15*time.Second)
-				for i := range workers {
-					e.worker(fmt.Sprintf("w%d", i+1))
-				}
-				e.awaitGroup(workers)
-				code, out := e.run(3*time.Minute, append(append([]string{"bulk-load", "--workers", "0"}, e.common()...), usgs)...)
-				require.Equal(t, 0, code, out)
-				st := e.awaitAccepted(usgsRecords, time.Minute)
+				_, st, utilization := drainUSGS(t, capacity, map[int]int{2: 20, 3: 24}[workers], workers)
 				require.EqualValues(t, usgsRecords, st.Accepted)
 				require.Zero(t, st.Duplicates)
 				// Fixed 200 ms buckets from the first second after the first
@@ -181,7 +191,6 @@ func TestSinkSideSecondHoldsWithDefaults(t *testing.T) {
 				for _, u := range st.UnitsPer200ms[min(first+5, len(st.UnitsPer200ms)):] {
 					busiest200 = max(busiest200, u)
 				}
-				utilization := float64(usgsRecords) / capacity / st.LastChargeAt.Sub(st.FirstChargeAt).Seconds()
 				t.Logf("run %d: busiest second %d, busiest 200 ms after the first second %d, utilization %.3f; per 200 ms %v",
 					run+1, st.MaxUnits1s, busiest200, utilization, st.UnitsPer200ms)
 				seconds = append(seconds, float64(st.MaxUnits1s)/capacity)

@@ -15,10 +15,10 @@ import (
 // stopped; one whose source cannot tell asks for nothing after dryAfter,
 // so peers with a backlog get its share at once. A worker asks to drain
 // what waits for it within drainWithin, on top of its arrival rate
-// measured over arrivalWindow, or over fallWindow when that has been
-// below fallShare of it, or above it by as much (1 ÷ fallShare), for
-// fallConfirm (a drop or a rise of the arrivals is followed within
-// fallWindow + fallConfirm; a pause shorter than that is not, see
+// measured over arrivalWindow, or over shiftWindow when that has been
+// below shiftShare of it, or above it by as much (1 ÷ shiftShare), for
+// shiftConfirm (a drop or a rise of the arrivals is followed within
+// shiftWindow + shiftConfirm; a pause shorter than that is not, see
 // arrival).
 const (
 	backlogHold   = time.Second
@@ -26,9 +26,9 @@ const (
 	caughtUpAfter = 100 * time.Millisecond
 	drainWithin   = 250 * time.Millisecond
 	arrivalWindow = 2 * time.Second
-	fallWindow    = 500 * time.Millisecond
-	fallShare     = 0.75
-	fallConfirm   = 300 * time.Millisecond
+	shiftWindow   = 500 * time.Millisecond
+	shiftShare    = 0.75
+	shiftConfirm  = 300 * time.Millisecond
 )
 
 // demand estimates what a worker asks of its pool (Capacity.SetDemand):
@@ -47,9 +47,9 @@ const (
 //     that span plus how much its queue lag grew: what arrived was either
 //     fetched or still waits in the queue, so neither a backlog drained
 //     after a stall nor the slices' rhythm (a second holds five or six
-//     slices' sends) is taken for arrivals. When the last fallWindow's
-//     arrivals have been below fallShare of that, or above it by as
-//     much, for fallConfirm, they are the rate: a drop gives capacity
+//     slices' sends) is taken for arrivals. When the last shiftWindow's
+//     arrivals have been below shiftShare of that, or above it by as
+//     much, for shiftConfirm, they are the rate: a drop gives capacity
 //     back within a second and a rise takes it, noise and short pauses
 //     do not.
 //   - A worker that keeps up (every record fetched fitted its slice's
@@ -71,7 +71,7 @@ const (
 //     that come in bursts leave it idle between them, and giving its
 //     partitions back there only to take the pool at the next burst would
 //     move them at every burst. When its arrivals have stopped (a load's
-//     end) that rate is 0 within fallWindow; a backlog it drained is not
+//     end) that rate is 0 within shiftWindow; a backlog it drained is not
 //     counted as arrivals at all, so a bulk load's worker that ran dry
 //     asks for nothing at once. One whose source cannot tell its lag asks
 //     for nothing once the source has had nothing for dryAfter.
@@ -95,7 +95,7 @@ type demand struct {
 	drained     bool        // slice loop only: the backlog of peak is gone (asked for one slice more)
 	recent      recentUnits // units sent in the last second
 	notes       []arrivals  // slice loop only: the estimates of the last arrivalWindow, oldest first
-	shifted     time.Time   // slice loop only: since when the arrivals of the last fallWindow are below fallShare of the long window's, or above it by as much; zero when they are not
+	shifted     time.Time   // slice loop only: since when the arrivals of the last shiftWindow are below shiftShare of the long window's, or above it by as much; zero when they are not
 }
 
 // arrivals is what the source had given and still held at an instant:
@@ -119,13 +119,12 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 		return ingest.Inf
 	}
 	if since := d.fetchingSince.Load(); idle && since != 0 {
-		waited := now.Sub(time.Unix(0, since))
 		switch {
-		case waited >= caughtUpAfter && lag == 0: // lag is -1 when the source cannot tell
-			// Caught up: what keeps it so, which is never more than it
-			// holds (see the list above).
+		case d.caughtUp(now):
+			// What keeps it so, which is never more than it holds (see
+			// the list above).
 			return min(d.arrival(now, lag)*(1+guard.Seconds()), leased)
-		case waited >= dryAfter:
+		case now.Sub(time.Unix(0, since)) >= dryAfter:
 			return 0
 		}
 	}
@@ -179,10 +178,10 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 // its queue) and returns the units/s that arrived since the latest note at
 // or before arrivalWindow ago (the oldest, when the worker has not been
 // counting that long; 0 with no earlier note), or, when the arrivals of
-// the last fallWindow have been below fallShare of that, or above it by
-// as much, at every note of the last fallConfirm, theirs: a long window
-// keeps the estimate steady, and a drop or a rise shows within fallWindow
-// + fallConfirm. A rise taken only from the long window reached a live
+// the last shiftWindow have been below shiftShare of that, or above it by
+// as much, at every note of the last shiftConfirm, theirs: a long window
+// keeps the estimate steady, and a drop or a rise shows within shiftWindow
+// + shiftConfirm. A rise taken only from the long window reached a live
 // worker's demand in about 2 s, once the worker drained its backlog as
 // fast as its leases came (TestBackfillYieldsToALiveStep: the backfill
 // down to its share 1.2-1.7 s after a live step in 2 runs of 6, 0.56-0.78
@@ -215,20 +214,20 @@ func (d *demand) arrival(now time.Time, lag float64) float64 {
 	long := since(d.notes[0])
 	recent := d.notes[0]
 	for _, n := range d.notes {
-		if n.at.After(now.Add(-fallWindow)) {
+		if n.at.After(now.Add(-shiftWindow)) {
 			break
 		}
 		recent = n
 	}
 	short := since(recent)
-	if !recent.at.After(d.notes[0].at) || (short >= fallShare*long && short*fallShare <= long) {
+	if !recent.at.After(d.notes[0].at) || (short >= shiftShare*long && short*shiftShare <= long) {
 		d.shifted = time.Time{}
 		return long
 	}
 	if d.shifted.IsZero() {
 		d.shifted = now
 	}
-	if now.Sub(d.shifted) < fallConfirm {
+	if now.Sub(d.shifted) < shiftConfirm {
 		return long
 	}
 	return short
@@ -255,8 +254,8 @@ func (r *recentUnits) sum(now time.Time) int64 {
 }
 
 // caughtUp reports whether the source has had nothing to fetch and no lag
-// for caughtUpAfter at now: when estimate answers an idle worker with its
-// arrival rate.
+// for caughtUpAfter at now (false when it cannot tell its lag): estimate
+// then answers an idle worker with its arrival rate.
 func (d *demand) caughtUp(now time.Time) bool {
 	since := d.fetchingSince.Load()
 	return since != 0 && now.Sub(time.Unix(0, since)) >= caughtUpAfter && d.lag != nil && d.lag() == 0

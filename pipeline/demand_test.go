@@ -123,7 +123,7 @@ func TestDemandCaughtUp(t *testing.T) {
 // Producers that pause for two slices and then deliver the pause's
 // records at once leave a caught-up worker's demand at its arrival rate,
 // so its partitions do not go to a lower class and come back; a drop
-// that lasts is followed within fallWindow + fallConfirm. Without the
+// that lasts is followed within shiftWindow + shiftConfirm. Without the
 // confirmation the demand fell to 933 in the pause's first slice.
 func TestDemandRidesOutAPause(t *testing.T) {
 	t.Parallel()
@@ -151,13 +151,13 @@ func TestDemandRidesOutAPause(t *testing.T) {
 	require.InDelta(t, 1400, step(280), 1, "after it")
 	fell := 0
 	for got := 1400.0; got > 700; fell++ { // 280/s from here
-		require.Less(t, fell, int((fallWindow+fallConfirm)/slice), "the drop not followed within fallWindow + fallConfirm")
+		require.Less(t, fell, int((shiftWindow+shiftConfirm)/slice), "the drop not followed within shiftWindow + shiftConfirm")
 		got = step(56)
 	}
 	t.Logf("a drop to 280/s followed in %d slices", fell)
 	rose := 0
 	for got := 280.0; got < 2000; rose++ { // 2,800/s from here
-		require.Less(t, rose, int((fallWindow+fallConfirm)/slice), "the rise not followed within fallWindow + fallConfirm")
+		require.Less(t, rose, int((shiftWindow+shiftConfirm)/slice), "the rise not followed within shiftWindow + shiftConfirm")
 		got = step(560)
 	}
 	t.Logf("a rise to 2,800/s followed in %d slices", rose)
