@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/ingest"
@@ -252,6 +253,78 @@ func TestDefinePoolRefusesAFlappingPool(t *testing.T) {
 	require.Equal(t, 2000.0, st.Pool.Capacity, "the pool stays as it was")
 	// Past the flap window the same change is a change again.
 	require.NoError(t, apply(b, "deploy-b-3", FlapWindow+7*time.Second))
+}
+
+// Workers of one rollout apply the same new definition at once: each
+// reads the old one, and all but the first lose the compare-and-set. They
+// judge again against what the first wrote, and start (Same) instead of
+// exiting with "changed concurrently". On a real redis-server, with a
+// peer's write placed between a worker's read and its write.
+func TestDefinePoolRejudgesAPeersConcurrentWrite(t *testing.T) {
+	t.Parallel()
+	addr := realRedis(t)
+	prefix := uniquePrefix(t)
+	ctx := context.Background()
+	now := time.Now()
+	old := Pool{Name: "p", Capacity: 2000, Partitions: 20}
+	given := Pool{Name: "p", Capacity: 1000, Partitions: 20}
+	peer := newClient(t, addr)
+	_, _, err := DefinePool(ctx, peer, prefix, old, DefinitionApply, "old1", time.Second, now)
+	require.NoError(t, err)
+
+	c := newClient(t, addr)
+	key := keysOn(c, prefix, "p").def()
+	var peerOut Defined
+	hook := &afterWatchedRead{key: key, then: func() {
+		_, peerOut, err = DefinePool(ctx, peer, prefix, given, DefinitionApply, "new1", time.Second, now)
+		require.NoError(t, err)
+	}}
+	c.AddHook(hook)
+	p, out, err := DefinePool(ctx, c, prefix, given, DefinitionApply, "new2", time.Second, now)
+	require.NoError(t, err, "a peer applying the same definition meanwhile")
+	require.True(t, hook.fired, "the peer wrote between the read and the write")
+	require.Equal(t, Applied, peerOut)
+	require.Equal(t, Same, out, "judged again: the peer applied this very definition")
+	require.Equal(t, 1000.0, p.Capacity)
+	require.Len(t, p.Changes, 2, "the change is recorded once")
+
+	// A peer that wrote something else is judged too: a pending switch.
+	other := given
+	other.Capacity = 500
+	hook.fired, hook.watched = false, false
+	hook.then = func() {}
+	_, _, err = DefinePool(ctx, c, prefix, other, DefinitionApply, "new3", time.Second, now)
+	require.ErrorIs(t, err, ErrSwitchPending)
+}
+
+// afterWatchedRead is a go-redis hook that runs then once, right after
+// the first GET of key that follows a WATCH: a peer's write placed inside
+// a compare-and-set.
+type afterWatchedRead struct {
+	key            string
+	then           func()
+	watched, fired bool
+}
+
+func (h *afterWatchedRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *afterWatchedRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *afterWatchedRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		switch {
+		case cmd.Name() == "watch":
+			h.watched = true
+		case cmd.Name() == "get" && h.watched && !h.fired && len(args) == 2 && args[1] == h.key:
+			h.fired = true
+			h.then()
+		}
+		return err
+	}
 }
 
 // fakeReader is a sink whose capacity the test sets; fail makes it not

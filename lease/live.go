@@ -17,6 +17,11 @@ import (
 // change has not taken effect yet.
 var ErrSwitchPending = errors.New("lease: a live change is already pending")
 
+// ErrChangedConcurrently is wrapped by SetPool's error when the stored
+// definition changed between its read and its write (the compare-and-set
+// lost to another writer): read the definition again and decide anew.
+var ErrChangedConcurrently = errors.New("lease: pool changed concurrently")
+
 // Live-change timing.
 const (
 	// DecreaseLead is how far ahead of the change a decrease switches
@@ -57,7 +62,9 @@ const (
 //
 // capacity 0 or partitions 0 keep the stored value. It returns the new
 // definition, or an error wrapping ErrNoPool, ErrInvalidPool,
-// ErrSwitchPending (an earlier change is still ahead), or a Redis error.
+// ErrSwitchPending (an earlier change is still ahead),
+// ErrChangedConcurrently (another writer changed it meanwhile), or a Redis
+// error.
 func SetPool(ctx context.Context, client redis.UniversalClient, prefix, name string, capacity float64, partitions int, lead time.Duration, now time.Time) (Pool, error) {
 	return UpdatePool(ctx, client, prefix, name, Update{Capacity: capacity, Partitions: partitions, Lead: lead}, now)
 }
@@ -162,7 +169,7 @@ func UpdatePool(ctx context.Context, client redis.UniversalClient, prefix, name 
 		return err
 	}, key)
 	if errors.Is(err, redis.TxFailedErr) {
-		return Pool{}, fmt.Errorf("lease: pool %q changed concurrently; try again", name)
+		return Pool{}, fmt.Errorf("%w: pool %q; try again", ErrChangedConcurrently, name)
 	}
 	if err != nil {
 		return Pool{}, err
