@@ -2,8 +2,16 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrNoRate is what Pacer.Spend returns when the worker has held no rate
+// for a whole slice while the units waited: its leases went meanwhile (a
+// demand that fell to nothing while the sink was paused), and they come
+// back only once the pipeline announces its demand again, which it does
+// after putting the units back in line.
+var ErrNoRate = errors.New("ingest: no leased rate to send at")
 
 // The interfaces below are what the pipeline needs from the adapters. They
 // live here, with their consumer; queue, lease, pacing and sink implement
@@ -175,7 +183,8 @@ type Pacer interface {
 	// to that send has arrived (or the send was abandoned): a request is
 	// accepted by the sink somewhere between its send and its answer, so
 	// the pacer keeps the send in its account until one window after the
-	// answer. It returns ctx's error once ctx is done.
+	// answer. It returns ctx's error once ctx is done, and ErrNoRate after
+	// a slice at no rate.
 	Spend(ctx context.Context, units int64) (Send, error)
 }
 

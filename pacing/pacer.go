@@ -305,18 +305,28 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 // bucket cannot cover become debt. The pipeline calls the Send's Answered once the sink's
 // answer has arrived (or the send was abandoned); the send leaves the
 // account Window after that.
-// Spend returns context.Cause(ctx) once ctx is done. Units ≤ 0 are recorded
-// as nothing. Safe for concurrent use with Next.
+// Spend returns context.Cause(ctx) once ctx is done, and ingest.ErrNoRate
+// once the units have waited a slice with no rate (no lease) and no room:
+// without it, a worker whose leases went while its send waited waited for
+// ever, since only its slice loop, blocked here, announces the demand
+// that brings them back. Units ≤ 0 are recorded as nothing. Safe for
+// concurrent use with Next.
 func (p *Pacer) Spend(ctx context.Context, units int64) (ingest.Send, error) {
 	if units <= 0 {
 		return ingest.Send{At: time.Now(), Answered: func() {}}, nil
 	}
-	var held time.Time
+	var held, noRate time.Time
 	for {
 		p.mu.Lock()
 		now := time.Now()
 		inAccount := p.prune(now)
 		r := p.capped(p.rate(now))
+		switch {
+		case r > 0:
+			noRate = time.Time{}
+		case noRate.IsZero():
+			noRate = now
+		}
 		// p.room(now, now, r), without a second pass over the account:
 		// every send left in it after the prune is held at now.
 		short := float64(units) - (p.credit(now.Add(-p.window), now, now, r) - float64(inAccount))
@@ -336,6 +346,10 @@ func (p *Pacer) Spend(ctx context.Context, units int64) (ingest.Send, error) {
 		}
 		if held.IsZero() {
 			held = now
+		}
+		if !noRate.IsZero() && now.Sub(noRate) >= p.slice {
+			p.mu.Unlock()
+			return ingest.Send{}, ingest.ErrNoRate
 		}
 		wake, changed := p.nextRoom(now, r, short), p.answered
 		p.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/ingest"
 	"github.com/sluicehq/sluice/pacing"
 )
 
@@ -124,6 +125,7 @@ func (d drive) run(t *testing.T, p *pacing.Pacer, capa *fakeCapacity) []slc {
 			head = d.costs()
 		}
 		n := min(len(recs), sendsPerSlice)
+	sends:
 		for i := range n {
 			var units int64
 			for _, c := range recs[len(recs)*i/n : len(recs)*(i+1)/n] {
@@ -134,6 +136,9 @@ func (d drive) run(t *testing.T, p *pacing.Pacer, capa *fakeCapacity) []slc {
 				time.Sleep(d.lag())
 			}
 			sent, err := p.Spend(ctx, units)
+			if errors.Is(err, ingest.ErrNoRate) {
+				break sends // the lease went: the rest of the slice is not sent
+			}
 			if err != nil {
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 				return append(out, s)
@@ -786,4 +791,31 @@ func TestFeedbackConfigIsValidated(t *testing.T) {
 		_, err := pacing.New(cfg, capa)
 		require.Error(t, err, "%+v", cfg)
 	}
+}
+
+// A send that waits for room while the worker's leases go (its rate falls
+// to 0) gives up a slice later with ingest.ErrNoRate instead of waiting
+// for a rate that only the caller's next demand can bring back; while a
+// rate is held, it waits for room as long as it takes.
+func TestSpendGivesUpAfterASliceWithoutARate(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		capa := &fakeCapacity{start: start, steps: []step{{0, 1000}, {time.Second, 0}}}
+		p, err := pacing.New(pacing.Config{}, capa)
+		require.NoError(t, err)
+		time.Sleep(time.Second - slice)
+		_, err = p.Spend(t.Context(), 800) // the credit of the second so far
+		require.NoError(t, err)
+
+		_, err = p.Spend(t.Context(), 100) // waits until 0.9 s, when the rate held has earned it
+		require.NoError(t, err)
+		time.Sleep(time.Second + slice - time.Since(start)) // past the rate's end
+		began := time.Now()
+		_, err = p.Spend(t.Context(), 100)
+		require.ErrorIs(t, err, ingest.ErrNoRate)
+		waited := time.Since(began)
+		require.GreaterOrEqual(t, waited, slice, "waited a slice")
+		require.Less(t, waited, 2*slice)
+	})
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -113,7 +114,6 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		if probe && len(batches) == 0 {
 			p.breaker.cancelProbe()
 		}
-		p.demand.recent.add(open, spent)
 		// Capped: records wait that this slice's budget could not take.
 		// What was taken is still to be sent over the slice, each send
 		// when the account has room: until then the worker is not idle,
@@ -122,13 +122,16 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 		if owed := p.owed.Swap(0); owed > 0 {
 			// What the sink charged beyond the estimates is charged now,
 			// on top of this slice (debt if the bucket cannot cover it).
-			sent, err := p.p.Pacer.Spend(ctx, owed)
-			if err != nil {
+			switch sent, err := p.p.Pacer.Spend(ctx, owed); {
+			case errors.Is(err, ingest.ErrNoRate):
+				p.owed.Add(owed) // charged once a rate comes back
+			case err != nil:
 				return
+			default:
+				sent.Answered()
+				p.c.Count(ingest.EventUnitsCorrected, owed)
+				p.c.NoteSent(sent.At, owed)
 			}
-			sent.Answered()
-			p.c.Count(ingest.EventUnitsCorrected, owed)
-			p.c.NoteSent(sent.At, owed)
 		}
 		p.log.Debug("slice", "budget", budget, "spent", spent, "requests", len(batches), "queued", len(p.fetched))
 		// The sends flow at the budget's rate: over the whole slice when
@@ -201,7 +204,6 @@ func (p *Pipeline) topUp(ctx, writeCtx context.Context, writing *sync.WaitGroup,
 		if len(batches) == 0 {
 			return head, true
 		}
-		p.demand.recent.add(now, n)
 		// At the budget's rate: n units take n/budget of the slice.
 		span := min(time.Duration(float64(p.cfg.Slice)*float64(n)/float64(budget)), end.Sub(now))
 		spent += n
@@ -376,19 +378,11 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 		if p.breaker.halted() {
 			// A write failed as a whole since the slice opened: what is
 			// left waits for the sink to answer again.
-			now := time.Now()
-			for _, u := range batches[i:] {
-				u.due, u.keep = now, true
-				p.pushRetry(u)
-			}
+			p.requeue(batches[i:], true)
 			return false, true
 		}
 		if i > 0 && riser != nil && riser.Rose() {
-			now := time.Now()
-			for _, u := range batches[i:] {
-				u.due = now
-				p.pushRetry(u)
-			}
+			p.requeue(batches[i:], false)
 			return true, true
 		}
 		if !u.keep && p.ranges.active() {
@@ -407,11 +401,22 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 			return false, false
 		}
 		sent, err := p.p.Pacer.Spend(ctx, u.cost)
+		if errors.Is(err, ingest.ErrNoRate) {
+			// The leases went while the send waited: what is left goes
+			// back in line, and the slice loop announces the demand that
+			// brings them back.
+			<-p.requests
+			p.requeue(batches[i:], false)
+			return false, true
+		}
 		if err != nil {
 			<-p.requests
 			return false, false
 		}
 		p.c.NoteSent(sent.At, u.cost)
+		// Counted once sent: a batch that a cut slice requeues counts
+		// once, in the slice that sends it.
+		p.demand.recent.add(sent.At, u.cost)
 		shift += max(sent.At.Sub(woke), 0)
 		u.epoch = p.breaker.successes()
 		writing.Go(func() {
@@ -535,6 +540,16 @@ func (p *Pipeline) setPrefetch(budget, headCost int64) {
 	select {
 	case p.wake <- struct{}{}:
 	default:
+	}
+}
+
+// requeue puts batches a slice did not send back in line, due now; keep
+// marks them to be sent again as they are (see batch).
+func (p *Pipeline) requeue(batches []*batch, keep bool) {
+	now := time.Now()
+	for _, u := range batches {
+		u.due, u.keep = now, u.keep || keep
+		p.pushRetry(u)
 	}
 }
 
