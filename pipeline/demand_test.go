@@ -43,10 +43,10 @@ func TestDemandFollowsArrivals(t *testing.T) {
 			{280, 0, 0, false, 280, 1400, 1400, 1400},
 			{0, 280, 280, false, 0, 1400, 1400, 1400}, // up to two slices' worth on their way: no backlog
 			{0, 560, 560, false, 0, 1400, 1400, 1400},
-			{0, 840, 840, false, 0, 1400, 2500, 2550},   // 1,400 + (840 − 560) / 250 ms
-			{1120, 0, 840, true, 280, 1400, 4150, 4250}, // the burst: 1,400 + (840 − 140) / 250 ms
-			{280, 0, 150, true, 280, 2000, 4150, 4250},  // draining: the most asked for stays
-			{280, 0, 0, false, 280, 2000, 4150, 4250},   // drained: one slice more, while it sends the last
+			{0, 840, 840, false, 0, 1400, 1680, 1700},   // 1,400 + (840 − 560) / 1 s
+			{1120, 0, 840, true, 280, 1400, 2100, 2150}, // the burst: 1,400 + (840 − 140) / 1 s
+			{280, 0, 150, true, 280, 2000, 2100, 2150},  // draining: the most asked for stays
+			{280, 0, 0, false, 280, 2000, 2100, 2150},   // drained: one slice more, while it sends the last
 			{280, 0, 0, false, 280, 2000, 1400, 1400},   // then the arrival rate, not the drain's sends
 		}},
 		{"capped with no rate asks for everything", []step{
@@ -56,7 +56,7 @@ func TestDemandFollowsArrivals(t *testing.T) {
 			{100, -1, -1, true, 100, 500, inf, inf},
 		}},
 		{"a load's last slices: the backlog's rate while its last records go, then half the rate of what it sends, never more than held", []step{
-			{0, 1000, 1000, true, 0, 1000, 4000, 4000},
+			{0, 4000, 4000, true, 0, 1000, 4000, 4000},
 			{1000, 0, 0, false, 200, 1000, 4000, 4000}, // the backlog's last take: what it asked for
 			{0, 0, 0, false, 100, 1000, 250, 250},      // then half the rate of what it sends
 			{0, 0, 0, false, 900, 1000, 1000, 1000},    // never more than held

@@ -95,7 +95,7 @@ func served(latencies []time.Duration, limit time.Duration) (share float64, p99 
 // pool. Live records that arrive in bursts, four a second (a producer
 // that posts in batches, a fetch that waits for its records), cost the
 // backfill more: the arrival rate read over 2 s holds 8 or 9 bursts, and
-// partitions move as it wavers. The backfill gets ≥ 0.75 (0.85-0.96 in 6
+// partitions move as it wavers. The backfill gets ≥ 0.75 (0.91-0.93 in 6
 // runs), short of the steady case's 0.95. A caught-up live worker asks
 // for its arrival rate between the bursts; when it asked for nothing
 // there, it gave the pool back at every pause and took all of it at every
