@@ -66,8 +66,11 @@ const DefaultChunk = 500
 const DefaultIDMemory = 500_000
 
 // DefaultAckEvery is how often Produce reports its progress (Acked) while
-// records are acknowledged: 100 ms.
-const DefaultAckEvery = 100 * time.Millisecond
+// records are acknowledged: 25 ms. A bulk load saves its progress there,
+// so a rerun after a crash produces again at most what was acknowledged
+// in that time (about 5,000 rows at 200,000 rows/s; at 100 ms a rerun
+// produced up to 1.10 × the input, TestBulkLoadResumesAfterKillDuringProduction).
+const DefaultAckEvery = 25 * time.Millisecond
 
 // drainTimeout bounds the wait, once producing stopped early, for the
 // answers of the records on their way, so they are counted.
@@ -101,7 +104,7 @@ type ProduceConfig struct {
 	// saves its progress and checks its dead-letter limit there).
 	Acked func(ctx context.Context, p Produced) error
 	// AckEvery is how often Acked is called at most. Default
-	// DefaultAckEvery (100 ms).
+	// DefaultAckEvery (25 ms).
 	AckEvery time.Duration
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger

@@ -175,6 +175,11 @@ func (e *env) run(timeout time.Duration, args ...string) (int, string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Env = e.environ()
+	// A process still running at the timeout gets SIGQUIT, so that its
+	// output ends with every goroutine's stack (where it waited), and is
+	// killed 5 s later.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if err != nil && !errorsAs(err, &exit) {
