@@ -68,8 +68,8 @@ const (
 //     with) asks for everything (+Inf) and keeps asking for backlogHold.
 //   - A worker that took records it has yet to send asks for at least
 //     half the rate they were taken at (their units over two slices), up
-//     to the rate it holds, so that its leases do not all go back before
-//     the sends are out.
+//     to the rate it holds (any, when it holds none), so that its leases
+//     do not all go back before the sends are out.
 //   - A worker that caught up (its source has nothing to fetch and no
 //     lag) asks for its arrival rate, never more than it holds (it keeps
 //     up with that, and a wavering estimate would take partitions at
@@ -176,8 +176,15 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 	// its tail waits for credit a single partition earns. Half that rate
 	// (sent within two slices), so that a steady worker's varying takes
 	// do not pin its rate, and never above the rate held, so this never
-	// asks for more.
-	return max(arrival, min(float64(sending)/d.slice.Seconds()/2, leased))
+	// asks for more; unless it holds none: a worker whose leases all went
+	// while its slice still holds sends asks for their rate, or they wait
+	// for a rate nobody asks for (Pacer.Spend gives up on them with
+	// ingest.ErrNoRate a slice later).
+	take := float64(sending) / d.slice.Seconds() / 2
+	if leased > 0 {
+		take = min(take, leased)
+	}
+	return max(arrival, take)
 }
 
 // arrival notes what the source had given and held at now (lag units in

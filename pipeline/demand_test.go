@@ -55,11 +55,12 @@ func TestDemandFollowsArrivals(t *testing.T) {
 		{"a backlog of unknown size asks for everything", []step{
 			{100, -1, -1, true, 100, 500, inf, inf},
 		}},
-		{"a load's last slices: the backlog's rate while its last records go, then half the rate of what it sends, never more than held", []step{
+		{"a load's last slices: the backlog's rate while its last records go, then half the rate of what it sends, never more than held unless none is", []step{
 			{0, 4000, 4000, true, 0, 1000, 4000, 4000},
 			{1000, 0, 0, false, 200, 1000, 4000, 4000}, // the backlog's last take: what it asked for
 			{0, 0, 0, false, 100, 1000, 250, 250},      // then half the rate of what it sends
 			{0, 0, 0, false, 900, 1000, 1000, 1000},    // never more than held
+			{0, 0, 0, false, 100, 0, 250, 250},         // unless it holds none: its sends would wait for good
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
