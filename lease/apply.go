@@ -124,8 +124,9 @@ func sameFixed(a, b Pool) bool {
 // definitions and what to do), ErrPoolFlapping (naming both deployments'
 // definitions and the workers that applied them), ErrSwitchPending (an
 // earlier change is still ahead; try again after it), or a Redis error.
-// A peer's write between its read and its write is judged anew (a few
-// times, then ErrChangedConcurrently). With several independent Redis masters, call it for each.
+// A peer's write between its read and its write is judged anew (8 tries,
+// then an error wrapping ErrChangedConcurrently). With several
+// independent Redis masters, call it for each.
 func DefinePool(ctx context.Context, client redis.UniversalClient, prefix string, p Pool, mode DefinitionMode, by string, lead time.Duration, now time.Time) (Pool, Defined, error) {
 	if _, err := ParseDefinitionMode(string(mode)); err != nil {
 		return Pool{}, 0, fmt.Errorf("%w: pool %q: definition mode: %w", ErrInvalidPool, p.Name, err)
@@ -137,22 +138,16 @@ func DefinePool(ctx context.Context, client redis.UniversalClient, prefix string
 	if p.Source.On() && p.From == "" && p.Source.Kind == SourceProbe {
 		p.From = "probing"
 	}
-	var err error
 	// A peer that writes between this read and this write (workers of one
 	// rollout applying the same definition at once) makes the write lose
 	// its compare-and-set: judge again against what the peer wrote, which
 	// is most often this very definition (Same).
-	for range definePoolTries {
-		var (
-			inForce Pool
-			outcome Defined
-		)
-		inForce, outcome, err = definePool(ctx, client, prefix, p, mode, by, lead, now)
-		if !errors.Is(err, ErrChangedConcurrently) {
+	for try := 1; ; try++ {
+		inForce, outcome, err := definePool(ctx, client, prefix, p, mode, by, lead, now)
+		if try == definePoolTries || !errors.Is(err, ErrChangedConcurrently) {
 			return inForce, outcome, err
 		}
 	}
-	return Pool{}, 0, err
 }
 
 // definePoolTries bounds DefinePool's reads again after a lost

@@ -401,17 +401,16 @@ func (p *Pipeline) dispatch(ctx, writeCtx context.Context, writing *sync.WaitGro
 			return false, false
 		}
 		sent, err := p.p.Pacer.Spend(ctx, u.cost)
-		if errors.Is(err, ingest.ErrNoRate) {
+		if err != nil {
+			<-p.requests
+			if !errors.Is(err, ingest.ErrNoRate) {
+				return false, false
+			}
 			// The leases went while the send waited: what is left goes
 			// back in line, and the slice loop announces the demand that
 			// brings them back.
-			<-p.requests
 			p.requeue(batches[i:], false)
 			return false, true
-		}
-		if err != nil {
-			<-p.requests
-			return false, false
 		}
 		p.c.NoteSent(sent.At, u.cost)
 		// Counted once sent: a batch that a cut slice requeues counts
