@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,20 +25,30 @@ import (
 
 	"github.com/sluicehq/sluice/bulkload"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/sinkwire"
 )
 
 // faultProxy stands between sluice and the sink emulator: while fault says
-// so it answers every request itself (a sink-wide failure), otherwise it
-// forwards to the emulator. It can also stop listening altogether.
+// so it answers every request itself (a sink-wide failure, as a whole or
+// record by record), otherwise it forwards to the emulator. It can also
+// stop listening altogether.
 type faultProxy struct {
 	t     *testing.T
 	addr  string
 	fwd   *httputil.ReverseProxy
 	mu    sync.Mutex
-	fault func(elapsed time.Duration) (status int, header http.Header, body string, on bool)
+	fault fault
 	began time.Time
 	srv   *http.Server
+	// faulted is when the fault last answered a request; resumed is when
+	// the first request after that went to the emulator.
+	faulted, resumed time.Time
 }
+
+// fault decides the answer to a request of records (nil when its body is
+// not a JSON array of records) at elapsed since it was set: on, the
+// proxy answers status, header and body itself.
+type fault func(elapsed time.Duration, records []sinkwire.Record) (status int, header http.Header, body string, on bool)
 
 func newFaultProxy(t *testing.T, target string) *faultProxy {
 	t.Helper()
@@ -78,7 +89,22 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fault, elapsed := p.fault, time.Since(p.began)
 	p.mu.Unlock()
 	if fault != nil && r.URL.Path == "/v1/records" {
-		if status, header, body, on := fault(elapsed); on {
+		data, err := io.ReadAll(r.Body)
+		if err != nil {
+			return // the client is gone
+		}
+		var records []sinkwire.Record
+		_ = json.Unmarshal(data, &records) // not records: the fault answers nil
+		status, header, body, on := fault(elapsed, records)
+		p.mu.Lock()
+		switch {
+		case on:
+			p.faulted = time.Now()
+		case !p.faulted.IsZero() && p.resumed.Before(p.faulted):
+			p.resumed = time.Now()
+		}
+		p.mu.Unlock()
+		if on {
 			for k, v := range header {
 				w.Header()[k] = v
 			}
@@ -86,12 +112,24 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, body)
 			return
 		}
+		r.Body = io.NopCloser(bytes.NewReader(data))
 	}
 	p.fwd.ServeHTTP(w, r)
 }
 
-// setFault injects fault from now on (elapsed counts from now).
-func (p *faultProxy) setFault(f func(time.Duration) (int, http.Header, string, bool)) {
+// resumedAt is when the first request after the fault's last answer went
+// to the emulator; zero while none has.
+func (p *faultProxy) resumedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resumed.Before(p.faulted) {
+		return time.Time{}
+	}
+	return p.resumed
+}
+
+// setFault injects f from now on (elapsed counts from now).
+func (p *faultProxy) setFault(f fault) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.fault, p.began = f, time.Now()
@@ -154,7 +192,7 @@ func TestSinkWideFailuresPauseNotDeadLetter(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 1000, 10, 5*time.Second)
 			proxy := newFaultProxy(t, e.sim)
-			proxy.setFault(func(elapsed time.Duration) (int, http.Header, string, bool) {
+			proxy.setFault(func(elapsed time.Duration, _ []sinkwire.Record) (int, http.Header, string, bool) {
 				return tc.status, tc.header, tc.body, elapsed < tc.lasts
 			})
 			args, summary, _ := e.bulkLoadArgs(proxy.url(), head(t, 300))
@@ -176,6 +214,71 @@ func TestSinkWideFailuresPauseNotDeadLetter(t *testing.T) {
 			e.report(st)
 		})
 	}
+}
+
+// Every record answered 429 with Retry-After: 3600, in a 429 answer that
+// lists each record (the form sink-sim answers with when it throttles),
+// is a throttle of the whole key space, so the sink is paused as for a
+// whole-request failure: a WARN, one probe every --max-retry-after (30 s),
+// nothing dead-lettered and no attempt used. A throttle of 240 s (capacity
+// 500, two workers): writes go to the sink again within one probe interval
+// of its end and the load finishes, every record once. One that outlasts
+// --sink-timeout: the load gives up (exit 1) and dead-letters nothing.
+func TestRecordThrottleOfAnyLengthPausesTheSink(t *testing.T) {
+	const probeInterval = 30 * time.Second // ingest.DefaultMaxRetryAfter
+	for _, tc := range []struct {
+		name  string
+		lasts time.Duration
+		extra []string
+		code  int
+	}{
+		{"240 s", 240 * time.Second, nil, 0},
+		{"past --sink-timeout", time.Hour, []string{"--sink-timeout", "40s"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, 500, 10, 5*time.Second)
+			proxy := newFaultProxy(t, e.sim)
+			proxy.setFault(func(elapsed time.Duration, records []sinkwire.Record) (int, http.Header, string, bool) {
+				return http.StatusTooManyRequests, http.Header{"Retry-After": {"3600"}}, throttleEach(records), elapsed < tc.lasts
+			})
+			began := time.Now()
+			args, summary, _ := e.bulkLoadArgs(proxy.url(), head(t, 300), tc.extra...)
+			code, out := e.run(tc.lasts+3*probeInterval, args...)
+			require.Equal(t, tc.code, code, out)
+			require.Contains(t, out, "sink paused", "the whole key space throttled is the sink's throttle")
+			require.Zero(t, e.dlqCount(), "nothing dead-lettered")
+			st := e.stats()
+			require.Zero(t, st.Duplicates)
+			if tc.code != 0 {
+				require.Regexp(t, `no progress for 4[01]s: the sink is paused \(last error: every key throttled`, out)
+				require.Zero(t, st.Accepted, "nothing reached the sink through the throttle")
+				took := time.Since(began)
+				t.Logf("gave up after %v", took.Round(time.Millisecond))
+				require.Less(t, took, 40*time.Second+probeInterval, "gave up at --sink-timeout (40 s), within a probe")
+				return
+			}
+			s := readSummaryFile(t, summary)
+			require.Zero(t, s.RecordsDeadLettered)
+			require.EqualValues(t, 300, s.RecordsDelivered)
+			require.EqualValues(t, 300, st.Accepted, "every record once after the throttle")
+			resumed := proxy.resumedAt().Sub(began.Add(tc.lasts))
+			t.Logf("writes resumed %v after the throttle ended (probe interval %v)", resumed.Round(time.Millisecond), probeInterval)
+			require.Less(t, resumed, probeInterval+2*time.Second, "writes resume within one probe interval")
+			e.report(st)
+		})
+	}
+}
+
+// throttleEach is a throttled answer's body for records: each one 429, as
+// sink-sim answers when it throttles.
+func throttleEach(records []sinkwire.Record) string {
+	res := sinkwire.Response{Results: make([]sinkwire.Result, len(records))}
+	for i, r := range records {
+		res.Results[i] = sinkwire.Result{ID: r.ID, Status: sinkwire.StatusThrottled, Error: "throttled"}
+	}
+	body, _ := json.Marshal(res)
+	return string(body)
 }
 
 // A sink that does not answer: the preflight says so before anything is
