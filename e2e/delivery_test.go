@@ -222,7 +222,8 @@ func TestSinkWideFailuresPauseNotDeadLetter(t *testing.T) {
 // whole-request failure: a WARN, one probe every --max-retry-after (30 s),
 // nothing dead-lettered and no attempt used. A throttle of 240 s (capacity
 // 500, two workers): writes go to the sink again within one probe interval
-// of its end and the load finishes, every record once. One that outlasts
+// of its end, at the pool's rate again within a second or two, and the
+// load finishes, every record once. One that outlasts
 // --sink-timeout: the load gives up (exit 1) and dead-letters nothing.
 func TestRecordThrottleOfAnyLengthPausesTheSink(t *testing.T) {
 	const probeInterval = 30 * time.Second // ingest.DefaultMaxRetryAfter
@@ -265,6 +266,12 @@ func TestRecordThrottleOfAnyLengthPausesTheSink(t *testing.T) {
 			resumed := proxy.resumedAt().Sub(began.Add(tc.lasts))
 			t.Logf("writes resumed %v after the throttle ended (probe interval %v)", resumed.Round(time.Millisecond), probeInterval)
 			require.Less(t, resumed, probeInterval+2*time.Second, "writes resume within one probe interval")
+			// And at the rate: the pause cut the pacer's throttle ceiling
+			// once (to 0.7), not once per refused probe (0.7 ^ 8 after
+			// 240 s, when these 300 records took 4.4 s to climb back).
+			span := st.LastChargeAt.Sub(st.FirstChargeAt)
+			t.Logf("the 300 records stored in %v after the first", span.Round(time.Millisecond))
+			require.Less(t, span, 3*time.Second, "the load climbs back to its rate at once")
 			e.report(st)
 		})
 	}

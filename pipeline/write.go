@@ -108,8 +108,10 @@ func (p *Pipeline) refused(u *batch, results []ingest.Result, now time.Time) {
 		}
 		waiting = append(waiting, it)
 	}
-	p.throttleFeedback()
-	due, _ := p.breaker.failure(now, se)
+	due, first := p.breaker.failure(now, se)
+	if first {
+		p.throttleFeedback() // once a pause, not once a probe: see failed
+	}
 	for _, it := range waiting {
 		p.c.Count(ingest.EventRetried, 1)
 		b := newBatch([]*item{it})
@@ -165,11 +167,18 @@ func (e *ambiguousError) Unwrap() error { return e.SinkError }
 // attempts are used up.
 func (p *Pipeline) failed(u *batch, err error, now time.Time) {
 	p.c.Count(ingest.EventFailedWrites, 1)
+	due, first := p.breaker.failure(now, err)
 	if se := (*ingest.SinkError)(nil); errors.As(err, &se) && se.Throttled {
 		p.c.Count(ingest.EventThrottled, int64(len(u.items)))
-		p.throttleFeedback()
+		// A throttle of the whole sink cuts the pacer's ceiling once, when
+		// it pauses the sink: each probe it refuses cutting it again would
+		// compound over a long throttle (0.7 ^ 8 probes = 0.06 of the rate
+		// after 4 minutes), and the load would climb back from nearly
+		// nothing for 10 s once the sink takes writes again.
+		if first {
+			p.throttleFeedback()
+		}
 	}
-	due, first := p.breaker.failure(now, err)
 	if ae := (*ambiguousError)(nil); errors.As(err, &ae) {
 		p.suspect(u.items, first, ae.Error())
 		return
