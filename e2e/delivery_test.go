@@ -228,13 +228,14 @@ func TestSinkWideFailuresPauseNotDeadLetter(t *testing.T) {
 func TestRecordThrottleOfAnyLengthPausesTheSink(t *testing.T) {
 	const probeInterval = 30 * time.Second // ingest.DefaultMaxRetryAfter
 	for _, tc := range []struct {
-		name  string
-		lasts time.Duration
-		extra []string
-		code  int
+		name   string
+		lasts  time.Duration
+		extra  []string
+		code   int
+		within time.Duration // for the load to end
 	}{
-		{"240 s", 240 * time.Second, nil, 0},
-		{"past --sink-timeout", time.Hour, []string{"--sink-timeout", "40s"}, 1},
+		{"240 s", 240 * time.Second, nil, 0, 240*time.Second + 3*probeInterval},
+		{"past --sink-timeout", time.Hour, []string{"--sink-timeout", "40s"}, 1, 40*time.Second + 3*probeInterval},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -245,7 +246,7 @@ func TestRecordThrottleOfAnyLengthPausesTheSink(t *testing.T) {
 			})
 			began := time.Now()
 			args, summary, _ := e.bulkLoadArgs(proxy.url(), head(t, 300), tc.extra...)
-			code, out := e.run(tc.lasts+3*probeInterval, args...)
+			code, out := e.run(tc.within, args...)
 			require.Equal(t, tc.code, code, out)
 			require.Contains(t, out, "sink paused", "the whole key space throttled is the sink's throttle")
 			require.Zero(t, e.dlqCount(), "nothing dead-lettered")
