@@ -226,7 +226,8 @@ func TestSinkWideFailuresPauseNotDeadLetter(t *testing.T) {
 // load finishes, every record once. One that outlasts
 // --sink-timeout: the load gives up (exit 1) and dead-letters nothing.
 func TestRecordThrottleOfAnyLengthPausesTheSink(t *testing.T) {
-	t.Parallel() // four minutes, beside the other parallel cases
+	// Four minutes long: beside the other parallel cases, not after them.
+	t.Parallel()
 	const probeInterval = 30 * time.Second // ingest.DefaultMaxRetryAfter
 	for _, tc := range []struct {
 		name   string
