@@ -108,10 +108,7 @@ func (p *Pipeline) refused(u *batch, results []ingest.Result, now time.Time) {
 		}
 		waiting = append(waiting, it)
 	}
-	due, first := p.breaker.failure(now, se)
-	if first {
-		p.throttleFeedback() // once a pause, not once a probe: see failed
-	}
+	due, _ := p.pause(now, se)
 	for _, it := range waiting {
 		p.c.Count(ingest.EventRetried, 1)
 		b := newBatch([]*item{it})
@@ -167,24 +164,31 @@ func (e *ambiguousError) Unwrap() error { return e.SinkError }
 // attempts are used up.
 func (p *Pipeline) failed(u *batch, err error, now time.Time) {
 	p.c.Count(ingest.EventFailedWrites, 1)
-	due, first := p.breaker.failure(now, err)
 	if se := (*ingest.SinkError)(nil); errors.As(err, &se) && se.Throttled {
 		p.c.Count(ingest.EventThrottled, int64(len(u.items)))
-		// A throttle of the whole sink cuts the pacer's ceiling once, when
-		// it pauses the sink: each probe it refuses cutting it again would
-		// compound over a long throttle (0.7 ^ 8 probes = 0.06 of the rate
-		// after 4 minutes), and the load would climb back from nearly
-		// nothing for 10 s once the sink takes writes again.
-		if first {
-			p.throttleFeedback()
-		}
 	}
+	due, first := p.pause(now, err)
 	if ae := (*ambiguousError)(nil); errors.As(err, &ae) {
 		p.suspect(u.items, first, ae.Error())
 		return
 	}
 	u.due, u.keep = due, true
 	p.pushRetry(u)
+}
+
+// pause pauses the sink after err, a failure of a whole write
+// (breaker.failure), and returns when the probe may go and whether the
+// pause starts here. A throttle cuts the pacer's throttle ceiling when it
+// starts the pause, not again for each probe the sink refuses: those cuts
+// would compound over a long throttle (0.7 ^ 8 after 240 s of probes every
+// 30 s), and the load would climb back from nearly nothing for 10 s once
+// the sink takes writes again.
+func (p *Pipeline) pause(now time.Time, err error) (due time.Time, first bool) {
+	due, first = p.breaker.failure(now, err)
+	if se := (*ingest.SinkError)(nil); first && errors.As(err, &se) && se.Throttled {
+		p.throttleFeedback()
+	}
+	return due, first
 }
 
 // suspect is a record of an answer with every record Retryable: the sink
