@@ -45,10 +45,9 @@ type faultProxy struct {
 	faulted, resumed time.Time
 }
 
-// fault decides the answer to a request of records (nil when its body is
-// not a JSON array of records) at elapsed since it was set: on, the
-// proxy answers status, header and body itself.
-type fault func(elapsed time.Duration, records []sinkwire.Record) (status int, header http.Header, body string, on bool)
+// fault decides the answer to a request whose body is request at elapsed
+// since it was set: on, the proxy answers status, header and body itself.
+type fault func(elapsed time.Duration, request []byte) (status int, header http.Header, body string, on bool)
 
 func newFaultProxy(t *testing.T, target string) *faultProxy {
 	t.Helper()
@@ -93,9 +92,7 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return // the client is gone
 		}
-		var records []sinkwire.Record
-		_ = json.Unmarshal(data, &records) // not records: the fault answers nil
-		status, header, body, on := fault(elapsed, records)
+		status, header, body, on := fault(elapsed, data)
 		p.mu.Lock()
 		switch {
 		case on:
@@ -192,7 +189,7 @@ func TestSinkWideFailuresPauseNotDeadLetter(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 1000, 10, 5*time.Second)
 			proxy := newFaultProxy(t, e.sim)
-			proxy.setFault(func(elapsed time.Duration, _ []sinkwire.Record) (int, http.Header, string, bool) {
+			proxy.setFault(func(elapsed time.Duration, _ []byte) (int, http.Header, string, bool) {
 				return tc.status, tc.header, tc.body, elapsed < tc.lasts
 			})
 			args, summary, _ := e.bulkLoadArgs(proxy.url(), head(t, 300))
@@ -243,8 +240,11 @@ func TestRecordThrottleOfAnyLengthPausesTheSink(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 500, 10, 5*time.Second)
 			proxy := newFaultProxy(t, e.sim)
-			proxy.setFault(func(elapsed time.Duration, records []sinkwire.Record) (int, http.Header, string, bool) {
-				return http.StatusTooManyRequests, http.Header{"Retry-After": {"3600"}}, throttleEach(records), elapsed < tc.lasts
+			proxy.setFault(func(elapsed time.Duration, request []byte) (int, http.Header, string, bool) {
+				if elapsed >= tc.lasts {
+					return 0, nil, "", false
+				}
+				return http.StatusTooManyRequests, http.Header{"Retry-After": {"3600"}}, throttleEach(t, request), true
 			})
 			began := time.Now()
 			args, summary, _ := e.bulkLoadArgs(proxy.url(), head(t, 300), tc.extra...)
@@ -280,9 +280,13 @@ func TestRecordThrottleOfAnyLengthPausesTheSink(t *testing.T) {
 	}
 }
 
-// throttleEach is a throttled answer's body for records: each one 429, as
-// sink-sim answers when it throttles.
-func throttleEach(records []sinkwire.Record) string {
+// throttleEach is the throttled answer's body to a request of records:
+// each one 429, as sink-sim answers when it throttles.
+func throttleEach(t *testing.T, request []byte) string {
+	var records []sinkwire.Record
+	if err := json.Unmarshal(request, &records); err != nil {
+		t.Errorf("not a request of records: %v", err) // the proxy's goroutine: no FailNow
+	}
 	res := sinkwire.Response{Results: make([]sinkwire.Result, len(records))}
 	for i, r := range records {
 		res.Results[i] = sinkwire.Result{ID: r.ID, Status: sinkwire.StatusThrottled, Error: "throttled"}
