@@ -109,22 +109,82 @@ func (m *Manager) tryLock(ctx context.Context, p int) *held {
 		}
 		return nil
 	}
+	since, handed := m.handedSince(ctx, p)
 	h := &held{partition: p, mutex: mu, renewedAt: start}
 	m.mu.Lock()
 	now := time.Now()
-	h.count = span{from: now, to: m.countEnd(p, mu.Until().Add(-m.cfg.Margin), now)}
+	from := now
+	if handed {
+		from = minTime(since, now)
+	}
+	h.count = span{from: from, to: m.countEnd(p, mu.Until().Add(-m.cfg.Margin), now)}
 	ok := now.Before(h.count.to)
 	if ok {
 		m.held[p] = h
 	}
 	m.mu.Unlock()
 	if !ok { // too slow to be worth anything
-		m.unlock(ctx, []*held{h})
+		m.unlock(ctx, []*held{h}, time.Time{})
 		return nil
 	}
 	m.events.acquired.Add(1)
 	m.log.Debug("lease acquired", "partition", p)
 	return h
+}
+
+// handOverSlack is how much later than a hand-over key says a taker
+// starts counting: the key's expiry and its PTTL are whole milliseconds.
+const handOverSlack = 2 * time.Millisecond
+
+// handOverKeep is how long a hand-over key lives after the instant it
+// gives: 2 s, a Window and the time a peer takes to lock, and at most
+// half the TTL, so that it is gone before a lease taken after it was set
+// can expire unreleased (and the partition be taken without a release
+// that deletes the key).
+func (m *Manager) handOverKeep() time.Duration { return min(2*time.Second, m.cfg.Pool.TTL/2) }
+
+// handOverSince asks Config.HandOver about an unlock at now of n leases
+// that stopped counting by stopped; zero when there is no hand-over.
+func (m *Manager) handOverSince(now, stopped time.Time, n int) time.Time {
+	if m.cfg.HandOver == nil {
+		return time.Time{}
+	}
+	m.mu.Lock()
+	freed := float64(n) * m.sched.partitionRate(stopped)
+	m.mu.Unlock()
+	since, ok := m.cfg.HandOver(now, stopped, freed)
+	if !ok || !since.Before(now) || now.Sub(since) >= m.handOverKeep() {
+		return time.Time{}
+	}
+	return since
+}
+
+// handedSince reads partition p's hand-over key, just locked, on every
+// Redis, and returns since when the worker may count p: the latest any of
+// them gives, read as the key's remaining life against the worker's own
+// clock after the answer, which only makes it later. ok is false when any
+// of them has none or cannot be read: the caller counts from its lock.
+func (m *Manager) handedSince(ctx context.Context, p int) (since time.Time, ok bool) {
+	var (
+		mu     sync.Mutex
+		absent bool
+	)
+	read := m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
+		ttl, err := c.PTTL(ctx, m.keys.handOver(p)).Result()
+		at := time.Now()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if ttl <= 0 {
+			absent = true
+		} else if s := at.Add(ttl - m.handOverKeep() + handOverSlack); s.After(since) {
+			since = s
+		}
+		return nil
+	}, "lease_handover", "reading a partition's hand-over failed; it counts from its lock")
+	return since, !absent && read == len(m.clients)
 }
 
 func (m *Manager) lockValue() (string, error) {

@@ -87,6 +87,18 @@ type Config struct {
 	// counting whatever it says. Called without the manager's lock held.
 	// Default: every release waits a Slice before the unlock.
 	Releasable func(now time.Time, rate float64, most time.Duration) (grace time.Duration, ok bool)
+	// HandOver, when set, is asked when the worker unlocks its last
+	// leases (it holds none and nothing is cooling): since when a peer
+	// that takes one of them over may count it as its own, rather than
+	// from its lock (pacing.Pacer's HandOver). The unlock leaves that
+	// instant beside each lease for handOverKeep (2 s, at most half the
+	// TTL), and a worker that locks the partition while it is there counts
+	// the partition from it: the next worker in a turn of costly records
+	// sends at once what the last one left unspent. ok false, or no
+	// HandOver: the taker counts from its lock. A yes is taken as the
+	// hand-over: the pacer counts none of its credit from since on for a
+	// Window. Called without the manager's lock held.
+	HandOver func(now, stopped time.Time, freed float64) (since time.Time, ok bool)
 	// Answered, when set, reports whether every send the worker made
 	// before the given instant has had its answer (pacing.Pacer's
 	// Answered). A released lease is unlocked only once the sends made

@@ -240,7 +240,7 @@ func (m *Manager) checkDefinition(ctx context.Context, now time.Time) {
 		m.log.Warn("pool definition unread for half a renewal interval; leases stop counting", "stale", stale)
 		m.stopCounting(hs)
 		m.events.lost.Add(int64(len(hs)))
-		m.unlock(ctx, hs)
+		m.unlock(ctx, hs, time.Time{})
 	}
 }
 

@@ -581,7 +581,7 @@ func (m *Manager) shutdown(ctx context.Context) {
 	// unlock, so no peer earns on these partitions while the last slice's
 	// credit can still reach into a sink-side window.
 	time.Sleep(m.cfg.Slice)
-	m.unlock(ctx, hs)
+	m.unlock(ctx, hs, time.Time{})
 	m.unlockCooled(ctx, true)
 	m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
 		return withdraw(ctx, c, m.keys, m.cfg.WorkerID, m.lastAnn)

@@ -259,6 +259,7 @@ func keysFor(prefix, pool string) keys {
 
 func (k keys) def() string            { return k.base + ":def" }
 func (k keys) partition(i int) string { return fmt.Sprintf("%s:p:%d", k.base, i) }
+func (k keys) handOver(i int) string  { return fmt.Sprintf("%s:h:%d", k.base, i) }
 func (k keys) rampEpoch() string      { return k.base + ":ramp" }
 func (k keys) live() string           { return k.base + ":live" }
 func (k keys) announcements() string  { return k.base + ":ann" }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -494,7 +495,9 @@ func TestVanishedWorkersLeasesAreTakenAsTheyExpire(t *testing.T) {
 // worker's value, across the 500-key chunks they read with MGET: over
 // 1,203 leases, every third of which a peer took after it expired, the
 // extend renews the others and answers 0 for the taken ones, and the
-// release deletes the others and leaves the peer's.
+// release deletes the others and leaves the peer's; it sets the hand-over
+// key of each lease it deleted to the life it is given, or deletes it
+// when given none, and leaves the peer's alone.
 func TestLeaseScriptsActOnlyOnTheirOwnValues(t *testing.T) {
 	t.Parallel()
 	pool := Pool{Name: "batch", Capacity: 1000, Partitions: 1203}
@@ -528,16 +531,90 @@ func TestLeaseScriptsActOnlyOnTheirOwnValues(t *testing.T) {
 		require.Greater(t, ttl, 50*time.Second, "lease %d extended to a minute", i)
 	}
 
-	n, err := releaseScript.Run(ctx, c, keys, values...).Int()
+	handOvers := make([]string, len(keys))
+	for i := range keys {
+		handOvers[i] = k.handOver(i)
+		require.NoError(t, c.Set(ctx, handOvers[i], "1", 0).Err()) // an earlier one's, no TTL
+	}
+	n, err := releaseScript.Run(ctx, c, append(keys, handOvers...), append(values, 1500)...).Int()
 	require.NoError(t, err)
 	require.Equal(t, 802, n, "the worker's own leases deleted")
 	for i, key := range keys {
 		v, err := c.Get(ctx, key).Result()
+		ttl, terr := c.PTTL(ctx, handOvers[i]).Result()
+		require.NoError(t, terr)
 		if taken(i) {
 			require.NoError(t, err)
 			require.Equal(t, "w2/peer", v, "the peer's lease %d stays", i)
+			require.Equal(t, time.Duration(-1), ttl, "the hand-over key of the peer's lease %d is left alone", i)
 			continue
 		}
 		require.ErrorIs(t, err, redis.Nil, "lease %d released", i)
+		require.Greater(t, ttl, time.Second, "lease %d handed over for 1.5 s", i)
+		require.LessOrEqual(t, ttl, 1500*time.Millisecond, "lease %d handed over for 1.5 s", i)
+	}
+
+	// Released without a hand-over: the key goes, so a later holder
+	// counts from its lock.
+	require.NoError(t, c.Set(ctx, keys[0], values[0], time.Minute).Err())
+	n, err = releaseScript.Run(ctx, c, []string{keys[0], handOvers[0]}, values[0], 0).Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Zero(t, c.Exists(ctx, keys[0], handOvers[0]).Val(), "the lease and its hand-over key deleted")
+}
+
+// A worker that unlocks its last leases with a hand-over leaves the
+// instant its HandOver gives beside them, and the peer that locks them
+// next counts them from that instant rather than from its lock (within
+// the few milliseconds the key's whole-millisecond life and the read
+// take, always later, never earlier); without a hand-over the peer counts
+// from its lock.
+func TestTakerCountsFromTheHandOver(t *testing.T) {
+	t.Parallel()
+	for _, handOver := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hand-over %v", handOver), func(t *testing.T) {
+			t.Parallel()
+			c := newClient(t, realRedis(t))
+			prefix := uniquePrefix(t)
+			pool := Pool{Name: "handed", Capacity: 400, Partitions: 4, TTL: 3 * time.Second}
+			var (
+				mu            sync.Mutex
+				asked                int
+				at, since, stoppedAt time.Time
+				freed                float64
+			)
+			cfg := testConfig(prefix, "w1", pool)
+			cfg.HandOver = func(now, stopped time.Time, f float64) (time.Time, bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				asked++
+				at, since, stoppedAt, freed = now, now.Add(-600*time.Millisecond), stopped, f
+				return since, handOver
+			}
+			m1 := start(t, cfg, c)
+			m1.SetDemand(ingest.Inf)
+			poll(t, func() bool { return m1.Rate(time.Now()) == 400 }, "w1 holds the pool")
+			m2 := start(t, testConfig(prefix, "w2", pool), c)
+			m1.SetDemand(0)
+			m2.SetDemand(ingest.Inf)
+			poll(t, func() bool { return m2.Rate(time.Now()) == 400 }, "w2 takes the pool")
+			took := time.Now()
+
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, 1, asked, "asked once, at the unlock of the last leases")
+			require.InDelta(t, 400, freed, 1e-9, "the rate freed")
+			require.False(t, stoppedAt.After(at), "stopped counting before the unlock")
+			if !handOver {
+				require.Zero(t, m2.Credit(took.Add(-2*time.Second), at), "counted from the lock, after the unlock")
+				return
+			}
+			require.Zero(t, m2.Credit(took.Add(-2*time.Second), since), "nothing before the hand-over's instant")
+			got := m2.Credit(since, took)
+			want := 400 * took.Sub(since).Seconds()
+			t.Logf("w2 counts %.1f of the %.1f units since the hand-over's instant, %s before it took the pool", got, want, took.Sub(since))
+			require.LessOrEqual(t, got, want)
+			require.Greater(t, got, want-400*0.01, "counted from within 10 ms of the instant")
+		})
 	}
 }

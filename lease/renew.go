@@ -45,7 +45,7 @@ func (m *Manager) dropExpired(ctx context.Context) {
 		m.log.Warn("lease stopped counting before renewal", "partition", h.partition)
 	}
 	m.events.lost.Add(int64(len(gone)))
-	m.unlock(ctx, gone)
+	m.unlock(ctx, gone, time.Time{})
 }
 
 // ownedLua defines owned(), for the lease scripts: per index i of KEYS,
@@ -76,20 +76,37 @@ end
 return out
 `)
 
-// releaseScript deletes every lease KEYS[i] whose value is still ARGV[i],
-// and returns how many it deleted: one call unlocks all of a worker's
-// leases on one Redis, as redsync's unlock does for one, for about 3
-// commands as the server counts them (the call, MGET and DEL) where
-// redsync's costs 3 per lease.
-var releaseScript = newScript(ownedLua + `
-local own, del, n = owned(), {}, 0
-for k = 1, #KEYS do
-  if own[k] then del[#del + 1] = KEYS[k] end
+// releaseScript deletes every lease KEYS[i] (i ≤ n, KEYS holding n
+// leases and then their n hand-over keys) whose value is still ARGV[i],
+// and with each one sets its hand-over key to expire in ARGV[n + 1] ms,
+// or deletes it when that is 0 (see Manager.unlock); it returns how many
+// leases it deleted. One call unlocks all of a worker's leases on one
+// Redis, as redsync's unlock does for one, for about 3 commands as the
+// server counts them (the call, MGET and DEL; and a SET per lease handed
+// over) where redsync's costs 3 per lease.
+var releaseScript = newScript(`
+local n = #KEYS / 2
+local px = tonumber(ARGV[n + 1])
+local del, count = {}, 0
+for i = 1, n, 500 do
+  local vs = redis.call('MGET', unpack(KEYS, i, math.min(i + 499, n)))
+  for j, v in ipairs(vs) do
+    local k = i + j - 1
+    if v == ARGV[k] then
+      count = count + 1
+      del[#del + 1] = KEYS[k]
+      if px > 0 then
+        redis.call('SET', KEYS[n + k], '1', 'PX', px)
+      else
+        del[#del + 1] = KEYS[n + k]
+      end
+    end
+  end
 end
 for i = 1, #del, 500 do
-  n = n + redis.call('DEL', unpack(del, i, math.min(i + 499, #del)))
+  redis.call('DEL', unpack(del, i, math.min(i + 499, #del)))
 end
-return n
+return count
 `)
 
 // renewDue extends every lease whose renewal is due, and with them those
@@ -117,7 +134,7 @@ func (m *Manager) renewDue(ctx context.Context) {
 		return
 	}
 	if lost := m.renew(ctx, append(due, early...)); len(lost) > 0 {
-		m.unlock(ctx, lost)
+		m.unlock(ctx, lost, time.Time{})
 	}
 }
 
@@ -278,18 +295,28 @@ type cooling struct {
 // sends have been answered (all of them when all is set).
 func (m *Manager) unlockCooled(ctx context.Context, all bool) {
 	now := time.Now()
-	var due []*held
+	var (
+		due     []*held
+		stopped time.Time // the latest the leases due stopped counting
+	)
 	keep := m.cooling[:0]
 	for _, c := range m.cooling {
 		if all || !now.Before(c.until) && (m.cfg.Answered == nil || m.cfg.Answered(c.stopped)) {
 			due = append(due, c.h)
+			if c.stopped.After(stopped) {
+				stopped = c.stopped
+			}
 		} else {
 			keep = append(keep, c)
 		}
 	}
 	m.cooling = keep
 	if len(due) > 0 {
-		m.unlock(ctx, due)
+		var since time.Time
+		if !all && len(keep) == 0 {
+			since = m.handOverSince(now, stopped, len(due))
+		}
+		m.unlock(ctx, due, since)
 		if !all {
 			m.announceFreed(ctx)
 		}
@@ -307,17 +334,27 @@ func (m *Manager) announceFreed(ctx context.Context) {
 // unlock deletes the leases' keys, with one call per Redis
 // (releaseScript), bounded by the operation timeout even when ctx is done.
 // Callers stopped counting them. A key that no longer holds the lease's
-// value (it expired, and maybe a peer took it) is left alone.
-func (m *Manager) unlock(ctx context.Context, hs []*held) {
+// value (it expired, and maybe a peer took it) is left alone. With since
+// set (a hand-over, see Config.HandOver), each lease's hand-over key is
+// left to tell the next holder since when it may count the partition:
+// it expires at since + handOverKeep as the server counts from now (a
+// little later, the time the call takes). Otherwise the hand-over keys
+// are deleted, so a next holder counts from its lock.
+func (m *Manager) unlock(ctx context.Context, hs []*held, since time.Time) {
 	if len(hs) == 0 {
 		return
 	}
-	keys := make([]string, len(hs))
-	values := make([]any, len(hs))
-	for i, h := range hs {
-		keys[i], values[i] = h.mutex.Name(), h.mutex.Value()
+	var px int64
+	if !since.IsZero() {
+		px = max(m.handOverKeep()-time.Since(since), 0).Milliseconds()
 	}
+	keys := make([]string, 2*len(hs))
+	args := make([]any, len(hs)+1)
+	for i, h := range hs {
+		keys[i], keys[len(hs)+i], args[i] = h.mutex.Name(), m.keys.handOver(h.partition), h.mutex.Value()
+	}
+	args[len(hs)] = px
 	m.each(context.WithoutCancel(ctx), func(ctx context.Context, _ int, c redis.UniversalClient) error {
-		return releaseScript.Run(ctx, c, keys, values...).Err()
+		return releaseScript.Run(ctx, c, keys, args...).Err()
 	}, "lease_unlock", "lease unlock failed; the keys expire after their TTL")
 }

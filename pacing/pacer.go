@@ -100,6 +100,7 @@ type Pacer struct {
 	answered chan struct{} // closed and replaced when an answer arrives
 
 	pins    []pin         // the releases Releasable said yes to whose windows a send may still share: the sends that follow keep the account releasable
+	handed  handOver      // the last HandOver, for a Window; zero when none
 	past    pastCredit    // the credit before instants already past, for beyond
 	held    []leaving     // beyond's scratch: the sends in the account, by when they leave
 	holds   []hold        // the send→answer latencies of the answers of the last Window, oldest first

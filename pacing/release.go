@@ -65,6 +65,86 @@ func (p *Pacer) Releasable(now time.Time, rate float64, most time.Duration) (gra
 	return grace, true
 }
 
+// HandOver reports the instant since which a peer that takes over the
+// capacity this worker gave up, freed units/s that stopped counting at
+// stopped, may count that capacity's credit as its own, for a lease
+// manager that unlocks it at now. A peer's sends come after now, so they
+// share a sliding window only with this worker's sends that the sink may
+// have accepted after now − Window; since is the least instant such that,
+// in every sliding window of the coming one, the units this worker's
+// account still holds fit in its credit without the freed rate from
+// since on, and without any release's grace (now − Window when its
+// account holds nothing). A peer counting the capacity from since, not
+// from its lock, sends at once what the pool's second allows: a worker
+// whose turn to send a costly record ended leaves the next worker up to a
+// second of credit, which the next worker would otherwise earn anew. ok
+// is false, and the peer must count from its lock, when even since =
+// stopped does not fit (the account leans on a grace), when freed is not
+// positive, or while an earlier hand-over is less than a Window old.
+//
+// A yes is taken as the hand-over it reports: for a Window after now the
+// pacer counts none of the freed rate from since on in any window, and
+// the grace of earlier releases no more, so the worker's later sends do
+// not spend what the peer counts. Safe for concurrent use; it reads the
+// Capacity's Rate and Credit, so the caller must not hold a lock they
+// take.
+func (p *Pacer) HandOver(now, stopped time.Time, freed float64) (since time.Time, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pinned(now)
+	if !p.handed.at.IsZero() || !(freed > 0) || math.IsInf(freed, 0) || p.rate(now) > 0 {
+		return time.Time{}, false
+	}
+	pins := p.pins
+	p.pins = nil
+	fits := func(since time.Time) bool {
+		p.handed = handOver{at: now, since: since, stopped: stopped, freed: freed}
+		ok := true
+		p.windows(now, 0, func(held, earned float64, d time.Duration) {
+			ok = ok && held-earned <= epsilon
+		})
+		return ok
+	}
+	lo, hi := now.Add(-p.window), minTime(stopped, now)
+	switch {
+	case !lo.Before(hi) || fits(lo):
+		since = lo
+	case !fits(hi):
+		p.pins, p.handed = pins, handOver{}
+		return time.Time{}, false
+	default:
+		// fits is monotone: a later since leaves this worker more credit.
+		for hi.Sub(lo) > handOverStep {
+			mid := lo.Add(hi.Sub(lo) / 2)
+			if fits(mid) {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		since = hi
+	}
+	p.handed = handOver{at: now, since: since, stopped: stopped, freed: freed}
+	return since, true
+}
+
+// handOverStep is how finely HandOver finds its instant.
+const handOverStep = time.Millisecond
+
+// handOver is a HandOver said yes to at at: freed units/s, which stopped
+// counting at stopped, went to a peer from since on.
+type handOver struct {
+	at, since, stopped time.Time
+	freed              float64
+}
+
+// taken returns the credit of [from, to) that went to the peer: the freed
+// rate over the part of [since, stopped) inside; 0 for no hand-over.
+func (h handOver) taken(from, to time.Time) float64 {
+	d := minTime(to, h.stopped).Sub(maxTime(from, h.since))
+	return h.freed * max(d, 0).Seconds()
+}
+
 // pin is a release Releasable said yes to: at, the worker's rate dropped by
 // freed units/s, on which no peer earns for grace.
 type pin struct {
@@ -81,15 +161,18 @@ func (q pin) idle(from, to time.Time) float64 {
 }
 
 // pinned prunes the pins that no send from now on shares a window with
-// (a Window past their grace) and reports whether any is left. p.mu is
-// held.
+// (a Window past their grace), and forgets a hand-over a Window old, and
+// reports whether any of either is left. p.mu is held.
 func (p *Pacer) pinned(now time.Time) bool {
 	i := 0
 	for i < len(p.pins) && !p.pins[i].at.Add(p.pins[i].grace+p.window).After(now) {
 		i++
 	}
 	p.pins = p.pins[i:]
-	return len(p.pins) > 0
+	if !p.handed.at.IsZero() && !p.handed.at.Add(p.window).After(now) {
+		p.handed = handOver{}
+	}
+	return len(p.pins) > 0 || !p.handed.at.IsZero()
 }
 
 // beyond returns by how many units, at most, the account plus a send of
@@ -156,7 +239,7 @@ func (p *Pacer) windows(now time.Time, units int64, check func(held, earned floa
 		if i < len(held) {
 			units = held[i].after
 		}
-		earned := max(past, 0)
+		earned := max(past-p.handed.taken(from, u), 0)
 		for _, q := range p.pins {
 			earned += q.idle(from, u)
 		}

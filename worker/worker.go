@@ -261,6 +261,9 @@ func New(cfg Config) (_ *Worker, err error) {
 			return pacer.Releasable(now, rate, most)
 		},
 		Answered: func(before time.Time) bool { return pacer.Answered(before) },
+		HandOver: func(now, stopped time.Time, freed float64) (time.Time, bool) {
+			return pacer.HandOver(now, stopped, freed)
+		},
 	}, cfg.Redis...)
 	if err != nil {
 		return nil, err
