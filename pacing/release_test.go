@@ -110,3 +110,91 @@ func TestReleasableGivesTheLeastGrace(t *testing.T) {
 		})
 	}
 }
+
+// A worker whose last leases went unlocks them with a hand-over: HandOver
+// gives the least instant from which a peer may count the capacity, the
+// peer that counts it from there sends at once what the giver's account
+// left, and the giver, given a rate again at once, spends none of what it
+// handed over. A worker of 500 units/s sends 250 units at 0 (answered at
+// 5 ms) and stops counting at 800 ms: the 250 units need the credit of
+// [5 ms, 505 ms), so the peer may count from 505 ms.
+func TestHandOverLeavesThePeerTheCreditLeft(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		start := time.Now()
+		const stop = 800 * time.Millisecond
+		capA := &fakeCapacity{start: start, steps: []step{{-time.Hour, 500}, {stop, 0}, {stop + 20*time.Millisecond, 500}}}
+		a, err := pacing.New(pacing.Config{}, capA)
+		require.NoError(t, err)
+		_, err = a.Next(ctx, 0)
+		require.NoError(t, err)
+		sent, err := a.Spend(ctx, 250)
+		require.NoError(t, err)
+		time.Sleep(5 * time.Millisecond)
+		sent.Answered()
+
+		time.Sleep(time.Until(start.Add(stop + 10*time.Millisecond)))
+		now := time.Now()
+		_, ok := a.HandOver(now, start.Add(stop), 0)
+		require.False(t, ok, "nothing freed")
+		since, ok := a.HandOver(now, start.Add(stop), 500)
+		require.True(t, ok)
+		require.False(t, since.Before(start.Add(505*time.Millisecond)), "since %v", since.Sub(start))
+		require.WithinDuration(t, start.Add(505*time.Millisecond), since, time.Millisecond)
+		_, ok = a.HandOver(now, start.Add(stop), 500)
+		require.False(t, ok, "an earlier hand-over is less than a Window old")
+
+		// The peer counts the capacity from since: what the giver left
+		// (500 units/s over [since, now), 152 units) goes at once.
+		capB := &fakeCapacity{start: start, steps: []step{{since.Sub(start), 500}}}
+		b, err := pacing.New(pacing.Config{}, capB)
+		require.NoError(t, err)
+		_, err = b.Next(ctx, 0)
+		require.NoError(t, err)
+		left := int64(500 * now.Sub(since).Seconds())
+		require.InDelta(t, 152, left, 1)
+		sentB, err := b.Spend(ctx, left)
+		require.NoError(t, err)
+		require.Equal(t, now, sentB.At, "sent at once")
+
+		// The giver's rate is back at 820 ms: a send beside its 250 units
+		// would lean on the credit of [since, stop), so it waits until the
+		// 250 units leave its account (a second after their answer), where
+		// the plain account had room for 240 units at once.
+		time.Sleep(time.Until(start.Add(stop + 20*time.Millisecond)))
+		_, err = a.Next(ctx, 0)
+		require.NoError(t, err)
+		again, err := a.Spend(ctx, 100)
+		require.NoError(t, err)
+		require.False(t, again.At.Before(start.Add(time.Second)), "the giver sent at %v", again.At.Sub(start))
+		again.Answered()
+		sentB.Answered()
+	})
+}
+
+// HandOver says no while the worker still has a rate, and when its
+// account leans on more than it earned before it stopped counting (a
+// record sent on credit the coming slice was to earn).
+func TestHandOverRefusals(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		start := time.Now()
+		capa := &fakeCapacity{start: start, steps: []step{{-time.Hour, 500}, {100 * time.Millisecond, 0}}}
+		p, err := pacing.New(pacing.Config{}, capa)
+		require.NoError(t, err)
+		_, ok := p.HandOver(time.Now(), time.Now(), 500)
+		require.False(t, ok, "the worker still has its rate")
+		_, err = p.Next(ctx, 0)
+		require.NoError(t, err)
+		sent, err := p.Spend(ctx, 500) // the whole second's credit
+		require.NoError(t, err)
+		sent.Answered()
+		time.Sleep(time.Until(start.Add(100 * time.Millisecond)))
+		// Stopped at 100 ms: the 500 units sent at 0 need the credit up to
+		// 1 s, which it no longer earns.
+		_, ok = p.HandOver(time.Now(), start.Add(100*time.Millisecond), 500)
+		require.False(t, ok, "its send leans on credit it stopped earning")
+	})
+}

@@ -88,7 +88,12 @@ func TestSinkSideSecondHoldsWithSeveralWorkers(t *testing.T) {
 // at most two records fit in any second of the pool and each worker's even
 // share (125 RU/s) could never send one. The workers take turns holding
 // the five partitions a record needs: the sink's sliding second never
-// exceeds the pool, and the pool stays busy.
+// exceeds the pool, and the pool stays busy across the turns, since a
+// worker whose turn ended hands the next the credit it left (see
+// pacing.Pacer.HandOver): a record's cost over the span from the first
+// accept to the last ≥ 0.99 of the capacity (1.008-1.011: the first
+// second's two records land at once; 0.921 when the next worker earned
+// its credit anew, one idle second in about seven).
 func TestCostlyRecordsHoldThePoolSecond(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -113,7 +118,7 @@ func TestCostlyRecordsHoldThePoolSecond(t *testing.T) {
 		t.Log("units per second:", w.series(time.Second))
 		require.Zero(t, w.sim.Stats().Throttled, "the strict sink throttled")
 		require.LessOrEqual(t, most, int64(capacity), "the pool's second holds whatever the records cost")
-		require.GreaterOrEqual(t, utilization, 0.9)
+		require.GreaterOrEqual(t, utilization, 0.99)
 	})
 }
 
