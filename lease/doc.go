@@ -98,12 +98,15 @@
 //
 // Credit(from, to) is the exact integral of that counted rate over [from,
 // to): each lease contributes PartitionRate × |[from, to) ∩ [acquired,
-// stopped counting)|. It never changes for instants already past (an extend
-// that returns after the lease stopped counting starts a new interval
-// instead of filling the gap), and leases that stopped counting are kept
+// stopped counting)|, where a lease taken over with a hand-over (below)
+// counts from the instant the hand-over gives. It never shrinks for
+// instants already past (an extend that returns after the lease stopped
+// counting starts a new interval instead of filling the gap), and leases that stopped counting are kept
 // for HistoryKeep (10 s). Across a hand-over the giver's credit ends when it
 // stops counting and the taker's starts after its lock returned, so the
-// workers' credits never overlap on a partition. The giver unlocks up to
+// workers' credits never overlap on a partition (unless the giver hands
+// over what it left unspent, below; the taker's credit then reaches back
+// before its lock, where Credit grows for instants already past). The giver unlocks up to
 // one Slice after it stopped counting: a pacer checks its one-second
 // account at each send, so a send just before the drop may rest on credit
 // that reaches up to a slice before a later window, and without the pause
@@ -119,6 +122,21 @@
 // answer, and a request held up on its way (a descheduled process, a
 // queueing path) would otherwise land beside the taker's sends on the
 // same capacity.
+//
+// One release hands over more: a worker that unlocks its last leases (it
+// holds none and nothing else is cooling) asks Config.HandOver since
+// when its account no longer needs their credit, and its unlock script
+// sets, beside each lease it deletes, a hand-over key that expires that
+// instant plus handOverKeep (2 s, at most half the TTL). A worker that
+// locks such a partition reads the key's remaining life with PTTL on
+// every Redis and counts the partition from the instant it gives (read
+// against its own clock after the answer, so never earlier than the
+// giver's), instead of from its lock: the giver's sends the sink may
+// have accepted fit in the credit before that instant, and the taker's
+// sends come after the unlock, so no sliding window holds more than the
+// partition's credit. Every other unlock deletes the hand-over keys, and
+// a lease taken after a key was set outlives it (TTL > 2 × handOverKeep),
+// so a key only ever speaks of the last release before the lock.
 //
 // # Leases and renewal
 //

@@ -218,8 +218,10 @@ func (m *Manager) Rate(now time.Time) float64 {
 
 // Credit returns the integral of Rate over [from, to), in units: for each
 // lease, PartitionRate × the length of [from, to) ∩ [acquired, stopped
-// counting). It is exact for windows that start at most HistoryKeep ago,
-// and never changes for instants already past.
+// counting), a lease taken over with a hand-over counting from the
+// instant it gave (see Config.HandOver). It is exact for windows that
+// start at most HistoryKeep ago, and never shrinks for instants already
+// past; it grows for them only when a lease is taken over so.
 func (m *Manager) Credit(from, to time.Time) float64 {
 	if !to.After(from) {
 		return 0

@@ -578,7 +578,7 @@ func TestTakerCountsFromTheHandOver(t *testing.T) {
 			prefix := uniquePrefix(t)
 			pool := Pool{Name: "handed", Capacity: 400, Partitions: 4, TTL: 3 * time.Second}
 			var (
-				mu            sync.Mutex
+				mu                   sync.Mutex
 				asked                int
 				at, since, stoppedAt time.Time
 				freed                float64

@@ -51,6 +51,16 @@
 // bucket: leases just taken are used at once, and the account holds each
 // send to the credit they earned.
 //
+// A worker that gives up all its capacity can hand a peer what its
+// account left unspent: HandOver gives the least instant from which its
+// sends that the sink may have accepted in the last Window fit in its
+// credit, so a peer may count the capacity from there rather than from
+// its lock (lease.Config.HandOver carries the instant to the peer), and
+// for a Window after it the pacer counts none of that credit in its own
+// account. A worker that sent one costly record a second thus leaves the
+// next worker in line a second's credit, and the record after its last
+// goes out as soon as the next worker holds the capacity.
+//
 // # Judged at the sink
 //
 // A throttled service counts a request when it accepts it, somewhere

@@ -68,7 +68,9 @@ type Capacity interface {
 	// infinite rate counts as 0.
 	Rate(now time.Time) float64
 	// Credit returns the integral of Rate over [from, to), in units. The
-	// pacer only asks for intervals that end at or before time.Now().
+	// pacer only asks for intervals that end at or before time.Now(). It
+	// must never shrink for instants already past; it may grow for them
+	// (capacity handed over with what its giver left, see HandOver).
 	Credit(from, to time.Time) float64
 }
 

@@ -199,7 +199,8 @@ func (p *Pacer) beyond(now time.Time, rate float64, units int64) float64 {
 // the rate changed a Window before: it looks at the first, at the windows
 // starting every releaseStep of the last Window (on a grid fixed in time,
 // so the credit before each start is read once: Capacity.Credit never
-// changes for instants already past), at those starting at each pinned
+// shrinks for instants already past, and where it grows for them, a lease
+// taken over with a hand-over, the cache only undercounts), at those starting at each pinned
 // release, where the credit of the coming windows is least, and at the
 // one starting now, which holds the sends in flight. A window that
 // starts between two steps where the rate changed may hold a little more
