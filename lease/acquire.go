@@ -152,11 +152,10 @@ func (m *Manager) handOverSince(now, stopped time.Time, n int) time.Time {
 	m.mu.Lock()
 	freed := float64(n) * m.sched.partitionRate(stopped)
 	m.mu.Unlock()
-	since, ok := m.cfg.HandOver(now, stopped, freed)
-	if !ok || !since.Before(now) || now.Sub(since) >= m.handOverKeep() {
-		return time.Time{}
+	if since, ok := m.cfg.HandOver(now, stopped, freed); ok {
+		return since // unlock leaves no key for one handOverKeep old
 	}
-	return since
+	return time.Time{}
 }
 
 // handedSince reads partition p's hand-over key, just locked, on every

@@ -87,10 +87,11 @@ type Config struct {
 	// counting whatever it says. Called without the manager's lock held.
 	// Default: every release waits a Slice before the unlock.
 	Releasable func(now time.Time, rate float64, most time.Duration) (grace time.Duration, ok bool)
-	// HandOver, when set, is asked when the worker unlocks its last
-	// leases (it holds none and nothing is cooling): since when a peer
-	// that takes one of them over may count it as its own, rather than
-	// from its lock (pacing.Pacer's HandOver). The unlock leaves that
+	// HandOver, when set, is asked when the worker unlocks released
+	// leases and nothing else is cooling: since when a peer that takes
+	// one of them over may count it as its own, rather than from its lock
+	// (pacing.Pacer's HandOver, which says yes only to a worker whose rate
+	// is 0: one that gave up all it held). The unlock leaves that
 	// instant beside each lease for handOverKeep (2 s, at most half the
 	// TTL), and a worker that locks the partition while it is there counts
 	// the partition from it: the next worker in a turn of costly records

@@ -123,9 +123,10 @@
 // queueing path) would otherwise land beside the taker's sends on the
 // same capacity.
 //
-// One release hands over more: a worker that unlocks its last leases (it
-// holds none and nothing else is cooling) asks Config.HandOver since
-// when its account no longer needs their credit, and its unlock script
+// One release hands over more: a worker that unlocks released leases
+// with nothing else cooling asks Config.HandOver since when its account
+// no longer needs their credit (pacing says yes only when the worker gave
+// up all it held), and its unlock script
 // sets, beside each lease it deletes, a hand-over key that expires that
 // instant plus handOverKeep (2 s, at most half the TTL). A worker that
 // locks such a partition reads the key's remaining life with PTTL on

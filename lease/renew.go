@@ -48,14 +48,14 @@ func (m *Manager) dropExpired(ctx context.Context) {
 	m.unlock(ctx, gone, time.Time{})
 }
 
-// ownedLua defines owned(), for the lease scripts: per index i of KEYS,
-// whether KEYS[i] still holds ARGV[i] (the lease's value), read with one
-// MGET per 500 keys.
+// ownedLua defines owned(n), for the lease scripts: per index i ≤ n of
+// KEYS, whether KEYS[i] still holds ARGV[i] (the lease's value), read with
+// one MGET per 500 keys.
 const ownedLua = `
-local function owned()
+local function owned(n)
   local own = {}
-  for i = 1, #KEYS, 500 do
-    local vs = redis.call('MGET', unpack(KEYS, i, math.min(i + 499, #KEYS)))
+  for i = 1, n, 500 do
+    local vs = redis.call('MGET', unpack(KEYS, i, math.min(i + 499, n)))
     for j, v in ipairs(vs) do own[i + j - 1] = v == ARGV[i + j - 1] end
   end
   return own
@@ -69,7 +69,7 @@ end
 // (2n with a GET each).
 var extendScript = newScript(ownedLua + `
 local ttl = ARGV[#KEYS + 1]
-local own, out = owned(), {}
+local own, out = owned(#KEYS), {}
 for k = 1, #KEYS do
   out[k] = own[k] and redis.call('PEXPIRE', KEYS[k], ttl) or 0
 end
@@ -84,22 +84,18 @@ return out
 // Redis, as redsync's unlock does for one, for about 3 commands as the
 // server counts them (the call, MGET and DEL; and a SET per lease handed
 // over) where redsync's costs 3 per lease.
-var releaseScript = newScript(`
+var releaseScript = newScript(ownedLua + `
 local n = #KEYS / 2
 local px = tonumber(ARGV[n + 1])
-local del, count = {}, 0
-for i = 1, n, 500 do
-  local vs = redis.call('MGET', unpack(KEYS, i, math.min(i + 499, n)))
-  for j, v in ipairs(vs) do
-    local k = i + j - 1
-    if v == ARGV[k] then
-      count = count + 1
-      del[#del + 1] = KEYS[k]
-      if px > 0 then
-        redis.call('SET', KEYS[n + k], '1', 'PX', px)
-      else
-        del[#del + 1] = KEYS[n + k]
-      end
+local own, del, count = owned(n), {}, 0
+for k = 1, n do
+  if own[k] then
+    count = count + 1
+    del[#del + 1] = KEYS[k]
+    if px > 0 then
+      redis.call('SET', KEYS[n + k], '1', 'PX', px)
+    else
+      del[#del + 1] = KEYS[n + k]
     end
   end
 end
@@ -346,7 +342,8 @@ func (m *Manager) unlock(ctx context.Context, hs []*held, since time.Time) {
 	}
 	var px int64
 	if !since.IsZero() {
-		px = max(m.handOverKeep()-time.Since(since), 0).Milliseconds()
+		keep := m.handOverKeep()
+		px = min(max(keep-time.Since(since), 0), keep).Milliseconds() // a since to come counts as now
 	}
 	keys := make([]string, 2*len(hs))
 	args := make([]any, len(hs)+1)

@@ -40,7 +40,7 @@ func (p *Pacer) Releasable(now time.Time, rate float64, most time.Duration) (gra
 	rate = max(rate, 0)
 	current := p.capped(p.rate(now))
 	grace, ok = time.Duration(0), true
-	p.windows(now, 0, func(units, earned float64, d time.Duration) {
+	p.windows(now, 0, p.handed, func(units, earned float64, d time.Duration) {
 		need := units - earned - rate*d.Seconds() // beyond the credit with no grace
 		if need <= epsilon || !ok {
 			return
@@ -95,22 +95,23 @@ func (p *Pacer) HandOver(now, stopped time.Time, freed float64) (since time.Time
 	if !p.handed.at.IsZero() || !(freed > 0) || math.IsInf(freed, 0) || p.rate(now) > 0 {
 		return time.Time{}, false
 	}
-	pins := p.pins
-	p.pins = nil
 	fits := func(since time.Time) bool {
-		p.handed = handOver{at: now, since: since, stopped: stopped, freed: freed}
 		ok := true
-		p.windows(now, 0, func(held, earned float64, d time.Duration) {
+		p.windows(now, 0, handOver{since: since, stopped: stopped, freed: freed}, func(held, earned float64, d time.Duration) {
 			ok = ok && held-earned <= epsilon
 		})
 		return ok
 	}
+	// The pins' grace is not counted: once the peer counts from since, it
+	// earns on what they freed. So they are dropped with a yes.
+	pins := p.pins
+	p.pins = nil
 	lo, hi := now.Add(-p.window), minTime(stopped, now)
 	switch {
 	case !lo.Before(hi) || fits(lo):
 		since = lo
 	case !fits(hi):
-		p.pins, p.handed = pins, handOver{}
+		p.pins = pins
 		return time.Time{}, false
 	default:
 		// fits is monotone: a later since leaves this worker more credit.
@@ -181,7 +182,7 @@ func (p *Pacer) pinned(now time.Time) bool {
 // passes none. p.mu is held.
 func (p *Pacer) beyond(now time.Time, rate float64, units int64) float64 {
 	most := math.Inf(-1)
-	p.windows(now, units, func(held, earned float64, d time.Duration) {
+	p.windows(now, units, p.handed, func(held, earned float64, d time.Duration) {
 		most = max(most, held-earned-rate*d.Seconds())
 	})
 	return most
@@ -191,8 +192,8 @@ func (p *Pacer) beyond(now time.Time, rate float64, units int64) float64 {
 // release must keep within their credit, each with the units the account
 // plus a send of units at now still holds at its end, the credit it earned
 // before now (for each release pinned, the freed rate over the part of its
-// grace inside the window included: no peer earned on it then) and its
-// part after now. Between two instants at which a held send leaves, the
+// grace inside the window included: no peer earned on it then; what the
+// hand-over h gave a peer left out) and its part after now. Between two instants at which a held send leaves, the
 // units a window holds stay the same while its credit changes with the
 // rate a Window before and the rate after now, so the windows that hold
 // the most beyond their credit end just before a send leaves, or where
@@ -205,7 +206,7 @@ func (p *Pacer) beyond(now time.Time, rate float64, units int64) float64 {
 // one starting now, which holds the sends in flight. A window that
 // starts between two steps where the rate changed may hold a little more
 // (the old rate's credit over less than a step). p.mu is held.
-func (p *Pacer) windows(now time.Time, units int64, check func(held, earned float64, d time.Duration)) {
+func (p *Pacer) windows(now time.Time, units int64, h handOver, check func(held, earned float64, d time.Duration)) {
 	end := now.Add(p.window)
 	held := append(p.held[:0], leaving{at: end, units: units})
 	for _, s := range p.spends {
@@ -240,7 +241,7 @@ func (p *Pacer) windows(now time.Time, units int64, check func(held, earned floa
 		if i < len(held) {
 			units = held[i].after
 		}
-		earned := max(past-p.handed.taken(from, u), 0)
+		earned := max(past-h.taken(from, u), 0)
 		for _, q := range p.pins {
 			earned += q.idle(from, u)
 		}
