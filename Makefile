@@ -98,7 +98,7 @@ e2e: build ## end-to-end tests: real Apache Kafka and redis-server (secured list
 		$(GO) test -race -tags e2e -count=1 -run Secure ./lease/ || rc=1; \
 		SLUICE_E2E_BIN=$(abspath $(BIN)) SLUICE_E2E_BROKERS=127.0.0.1:$(E2E_KAFKA_PORT) SLUICE_E2E_REDIS_ADDR='$(E2E_REDIS_URL)' \
 			SLUICE_E2E_REDIS_CLUSTER="$$(tail -n 1 $(CACHE)/redis-cluster.seeds)" \
-			$(GO) test -tags e2e -count=1 -v -timeout 25m ./e2e/ || rc=1; \
+			$(GO) test -tags e2e -count=1 -v -timeout 30m ./e2e/ || rc=1; \
 		exit $$rc ) 2>&1 | tee $(CACHE)/e2e.log; \
 		rc=$${PIPESTATUS[0]}; scripts/kafka.sh stop; scripts/redis.sh stop; SLUICE_REDIS_CLUSTER=1 scripts/redis.sh stop; scripts/dynamodb.sh stop; scripts/s3.sh stop; \
 		scripts/gcs.sh stop; scripts/opensearch.sh stop; \
