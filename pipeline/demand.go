@@ -65,9 +65,7 @@ const (
 //     (capped), beyond half a slice.
 //   - A capped worker that cannot tell how much waits (a source without
 //     Lagger, records held back by a hot key range, no rate to fetch
-//     with) asks for everything (+Inf) and keeps asking for backlogHold;
-//     one that cannot tell yet what arrives (its first estimate with
-//     records, before a second note) asks for everything for that slice.
+//     with) asks for everything (+Inf) and keeps asking for backlogHold.
 //   - A worker that took records it has yet to send asks for at least
 //     half the rate they were taken at (their units over two slices), up
 //     to the rate it holds (any, when it holds none), so that its leases
@@ -153,17 +151,7 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 	// A pacer whose account keeps each send a second past its answer lets
 	// rate × 1 s ÷ (1 s + guard) through: sending the arrivals takes that
 	// much more.
-	counted := len(d.notes) > 0
 	arrival := d.arrival(now, lag) * (1 + guard.Seconds())
-	if capped && !counted {
-		// Its first note: what arrives is unknown until the next, and the
-		// backlog alone is a fraction of a load still being produced.
-		// Asked for, it made a single worker on real Kafka give back 4 of
-		// the 20 leases it had just taken and take them again a slice
-		// later; another run sent at half the pool's rate for its first
-		// 0.8 s.
-		return ingest.Inf
-	}
 	tolerance := 2 * arrival * d.slice.Seconds() // records on their way from the queue
 	if capped {
 		tolerance /= 4

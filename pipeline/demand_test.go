@@ -55,12 +55,7 @@ func TestDemandFollowsArrivals(t *testing.T) {
 		{"a backlog of unknown size asks for everything", []step{
 			{100, -1, -1, true, 100, 500, inf, inf},
 		}},
-		{"a load still being produced: everything until the arrivals are known, then the arrivals and the backlog", []step{
-			{300, 1200, 1500, true, 400, 800, inf, inf},      // not 1,500: the queue grows meanwhile
-			{400, 2400, 2800, true, 400, 2000, 10000, 10200}, // (400 + 1,200) / 0.2 s + (2,800 − 800 on their way) / 1 s
-		}},
 		{"a load's last slices: the backlog's rate while its last records go, then half the rate of what it sends, never more than held unless none is", []step{
-			{0, 4000, 4000, true, 0, 1000, inf, inf}, // its first estimate
 			{0, 4000, 4000, true, 0, 1000, 4000, 4000},
 			{1000, 0, 0, false, 200, 1000, 4000, 4000}, // the backlog's last take: what it asked for
 			{0, 0, 0, false, 100, 1000, 250, 250},      // then half the rate of what it sends
