@@ -67,6 +67,7 @@ type Manager struct {
 	acquireAt    time.Time               // when to try again while below share
 	rank, rankOf int                     // this worker's index among the members by worker ID, and their number
 	membersDirty atomic.Bool             // the members may have changed since they were read
+	outranks     atomic.Bool             // outranksAPeer as of the last step, for SetDemand
 	defDirty     atomic.Bool             // the definition may have changed since it was read
 	peers        map[string]announcement // the members as last read; nil until read
 	lastAnn      announcement            // the announcement last published
@@ -257,16 +258,19 @@ func (m *Manager) Backlogged() bool {
 // SetDemand announces how many units/s the worker could use (+Inf with a
 // backlog, 0 when idle). The worker then aims at ceil(demand /
 // PartitionRate) partitions, within its fair share. A rise in the wanted
-// partitions wakes the loop at once; a fall is applied at the next tick.
+// partitions wakes the loop at once, and so does a fall to nothing or a
+// fall of a worker that outranks a peer (a lower class waits for what it
+// gives back); any other fall is applied at the next tick.
 func (m *Manager) SetDemand(unitsPerSecond float64) {
 	m.mu.Lock()
 	before := m.wantLocked()
 	m.demand = unitsPerSecond
 	after := m.wantLocked()
 	m.mu.Unlock()
-	// A rise is served at once; so is a drop to nothing, so that peers with
+	// A rise is served at once; so is a drop to nothing, or any drop of a
+	// worker whose partitions a lower class waits for, so that peers with
 	// a backlog get the partitions without waiting for the next tick.
-	if after > before || (after == 0 && before > 0) {
+	if after > before || (after < before && (after == 0 || m.outranks.Load())) {
 		select {
 		case m.wake <- struct{}{}:
 		default:
@@ -434,6 +438,7 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 			m.membersDirty.Store(true) // again at the next tick
 		}
 	}
+	m.outranks.Store(m.outranksAPeer())
 	share := min(me.Want, len(m.Held())) // if the members cannot be read
 	if m.peers != nil {
 		list := make([]member, 0, len(m.peers)+1)
