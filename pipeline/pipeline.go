@@ -169,6 +169,7 @@ type Pipeline struct {
 
 	owner   ingest.Owner // the source, when it can lose records
 	dropped int64        // records dropped because the source lost them (slice loop only)
+	spacing spacing      // the last send's instant and step (slice loop only)
 	owed    atomic.Int64
 	charges chargeRatio
 
