@@ -55,7 +55,7 @@ func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
 // span from the first accept to the last, the load's edges included) of
 // at least 0.95, are not met by every run on a 2-core machine that runs
 // the broker, Redis, the emulator and the workers side by side: after a
-// slice that opened late each worker's sends bunch by a request or two, a
+// slice that opened late each worker's sends bunch by a request, a
 // stall of the machine bunches them further in transit, or it delays a
 // worker's first slices. 2 runs in 30 missed one here, and in twelve
 // .ci/runs 0, 6, 3, 4, 3, 5, 1, 0, 1, 0, 5 and 8 in 30 (4 of one case's 10:

@@ -598,6 +598,10 @@ func TestTakerCountsFromTheHandOver(t *testing.T) {
 			m1 := start(t, cfg, c)
 			m1.SetDemand(ingest.Inf)
 			poll(t, func() bool { return m1.Rate(time.Now()) == 400 }, "w1 holds the pool")
+			// Past the ticks in which a worker just woken takes no more than
+			// an equal split: a peer joining within them halves w1's share,
+			// and the hand-over would free only the last half.
+			time.Sleep(wokenFor * cfg.Tick)
 			m2 := start(t, testConfig(prefix, "w2", pool), c)
 			m1.SetDemand(0)
 			m2.SetDemand(ingest.Inf)
