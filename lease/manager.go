@@ -67,7 +67,7 @@ type Manager struct {
 	acquireAt    time.Time               // when to try again while below share
 	rank, rankOf int                     // this worker's index among the members by worker ID, and their number
 	membersDirty atomic.Bool             // the members may have changed since they were read
-	outranks     atomic.Bool             // outranksAPeer as of the last step, for SetDemand
+	outranks     atomic.Bool             // outranksAPeer as of the members last read (set by readMembers)
 	defDirty     atomic.Bool             // the definition may have changed since it was read
 	peers        map[string]announcement // the members as last read; nil until read
 	lastAnn      announcement            // the announcement last published
@@ -408,7 +408,7 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 
 	keepAlive := !m.annAt.IsZero() && !now.Before(m.annAt.Add(m.annEvery))
 	if me.Want > 0 && m.lastAnn.Want > 0 && me.Want != m.lastAnn.Want && abs(me.Want-m.lastAnn.Want) < changeAtOnce(m.lastAnn.Want) &&
-		!m.annAt.IsZero() && !keepAlive && !m.outranksAPeer() {
+		!m.annAt.IsZero() && !keepAlive && !m.outranks.Load() {
 		// A small change of the want waits for the keep-alive (one from
 		// or to nothing, or by changeAtOnce, does not): a demand that
 		// wavers around a value, as a worker's rate-based demand does,
@@ -438,7 +438,6 @@ func (m *Manager) step(ctx context.Context) time.Duration {
 			m.membersDirty.Store(true) // again at the next tick
 		}
 	}
-	m.outranks.Store(m.outranksAPeer())
 	share := min(me.Want, len(m.Held())) // if the members cannot be read
 	if m.peers != nil {
 		list := make([]member, 0, len(m.peers)+1)

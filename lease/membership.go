@@ -389,5 +389,6 @@ func (m *Manager) readMembers(ctx context.Context) bool {
 		m.seenMembers[i] = v // -1 where it failed: read again after its next announcement
 	}
 	m.peers, m.membersRead = out, start
+	m.outranks.Store(m.outranksAPeer())
 	return true
 }
