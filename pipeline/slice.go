@@ -644,15 +644,15 @@ func (s *spacing) sent(at time.Time, step time.Duration) { s.last, s.step = at, 
 // carry is how far a dispatch starting at open, whose sends are step
 // apart, must shift its first send so that it follows the latest send by
 // at least half the shorter of their steps. A slice whose sends were held
-// back opens late, as soon as its predecessor's last send is out: sent at
-// once, its first send made the two a pair, and the slice after it did
-// the same, so that a sliding 200 ms held a slice and two sends
-// (1.08-1.11 slices as sent with one worker, on a path whose answers take
-// 25 ms more now and then). Half a step still lets a late slice catch up
-// on the grid by half a step, so that the holds' delays are not lost:
-// 1.05-1.07 slices, utilization 0.001 lower; with a whole step, 1.01-1.05
-// and 0.004 lower. The shorter step, since a dispatch of one batch (a
-// slice's only records) has the whole slice for its step.
+// back opens late, as soon as its predecessor's last send is out; sent at
+// once, its first send made the two a pair, and a sliding 200 ms held a
+// slice and two sends. Half a step still lets a late slice catch up on
+// the grid, so the holds' delays are not lost: on the path with
+// stragglers of TestSinkSideSecondHoldsWithSeveralWorkers (worker) the
+// busiest 200 ms as sent is 1.045-1.06 slices (1.075-1.09 without), and
+// with a whole step 1.00-1.04 but utilization 0.004-0.014 lower. The
+// shorter step, since a dispatch of a slice's only batch has the whole
+// slice for its step.
 func (s *spacing) carry(open time.Time, step time.Duration) time.Duration {
 	if s.last.IsZero() {
 		return 0
