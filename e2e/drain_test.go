@@ -139,9 +139,14 @@ func drainUSGS(t *testing.T, capacity, partitions, workers int, extra ...string)
 		e.worker(fmt.Sprintf("w%d", i+1))
 	}
 	e.awaitGroup(workers)
+	began := time.Now()
 	code, out := e.run(3*time.Minute, append(append(append([]string{"bulk-load", "--workers", "0"}, e.common()...), extra...), usgs)...)
 	require.Equal(t, 0, code, out)
 	st := e.awaitAccepted(usgsRecords, time.Minute)
+	// Where a run's time went: production is not what is judged, but a
+	// slow one starves the workers' first slices.
+	produced, _, _ := strings.Cut(out[strings.Index(out, "produced "):], "\n")
+	t.Logf("bulk-load began %.3f s before the first accept; %s", st.FirstChargeAt.Sub(began).Seconds(), produced)
 	return e, st, float64(usgsRecords) / float64(capacity) / st.LastChargeAt.Sub(st.FirstChargeAt).Seconds()
 }
 

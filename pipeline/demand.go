@@ -57,7 +57,14 @@ const (
 //     arrivals have been below shiftShare of that, or above it by as
 //     much, for shiftConfirm, they are the rate: a drop gives capacity
 //     back within a second and a rise takes it, noise and short pauses
-//     do not.
+//     do not. A window in which nothing arrived says nothing of what
+//     comes next: the records that arrive after it (a load produced into
+//     a topic its workers wait on) are read over the time since its last
+//     note, and a worker that has fetched nothing yet notes its idle
+//     waits, so that its first records are read the same way; spread
+//     over the idle window, or read from the first note alone (no rate
+//     at all), the first slice of a load asked for half of what it held
+//     and gave the rest back (TestDemandAfterAnIdleWindow).
 //   - A worker that keeps up (every record fetched fitted its slice's
 //     budget) counts what waits only beyond two slices at its arrival
 //     rate (records on their way from the queue, a fetch or two, are not
@@ -131,6 +138,11 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 			// the list above).
 			return min(d.arrival(now, lag)*(1+guard.Seconds()), leased)
 		case now.Sub(time.Unix(0, since)) >= dryAfter:
+			if !d.started.Load() {
+				// Nothing arrived yet: noted, so that the rate of the
+				// first records is read from here.
+				d.arrival(now, 0)
+			}
 			return 0
 		}
 	}
@@ -215,7 +227,14 @@ func (d *demand) arrival(now time.Time, lag float64) float64 {
 	for drop+1 < len(d.notes) && !d.notes[drop+1].at.After(from) {
 		drop++
 	}
-	d.notes = append(d.notes[drop:], arrivals{at: now, fetched: float64(d.fetched.Load()), lag: lag})
+	d.notes = d.notes[drop:]
+	if n := len(d.notes); n > 1 && d.notes[n-1].fetched+d.notes[n-1].lag <= d.notes[0].fetched+d.notes[0].lag {
+		// Nothing arrived over the whole window: a rate of 0 that says
+		// nothing of what comes next, so what arrives now starts a new
+		// window rather than being spread over the idle one.
+		d.notes = d.notes[n-1:]
+	}
+	d.notes = append(d.notes, arrivals{at: now, fetched: float64(d.fetched.Load()), lag: lag})
 	last := d.notes[len(d.notes)-1]
 	since := func(first arrivals) float64 {
 		span := last.at.Sub(first.at).Seconds()

@@ -121,6 +121,44 @@ func TestDemandCaughtUp(t *testing.T) {
 	require.Zero(t, drained.estimate(now, false, 0, 0, 0, 1000, 0, true), "a drained backlog")
 }
 
+// A worker whose records start to arrive after an idle window (a load
+// produced into a topic its workers wait on) asks for the rate they arrive
+// at, not for that rate spread over the idle window, nor for what waits
+// alone: 3,000/s arrive, the worker holds 1,000/s and sends a slice's 200
+// of the 600 it fetched. Spread over a 2 s idle window it asked for 580,
+// and a fresh worker, with no rate at all, for 516: either gave back half
+// its leases in the load's first slice (e2e, 2 workers, the file produced
+// in 0.36 s: 18 then 241 records in the first 200 ms slices).
+func TestDemandAfterAnIdleWindow(t *testing.T) {
+	t.Parallel()
+	const slice = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		lag  int64 // the source's lag while idle: -1 before anything was fetched
+	}{
+		{"idle for 3 s", 0},
+		{"a fresh worker", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			d := &demand{slice: slice, lag: func() int64 { return tc.lag }}
+			d.started.Store(tc.lag >= 0)
+			d.fetchingSince.Store(now.UnixNano())
+			for range 30 { // idle for 3 s, its estimate made every idleWait
+				now = now.Add(idleWait)
+				require.Zero(t, d.estimate(now, false, 0, 0, float64(tc.lag), 1000, 0, true))
+			}
+			d.fetchingSince.Store(0)
+			d.started.Store(true)
+			now = now.Add(slice)
+			d.fetched.Add(600)
+			got := d.estimate(now, false, 200, 400, 0, 1000, 0, false)
+			require.InDelta(t, 3000, got, 1, "the load's first slice")
+		})
+	}
+}
+
 // Producers that pause for two slices and then deliver the pause's
 // records at once leave a caught-up worker's demand at its arrival rate,
 // so its partitions do not go to a lower class and come back; a drop
