@@ -65,10 +65,11 @@ func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
 // the cloud sinks' cases); 4 of one case's 10 in a fifteenth, at
 // 0.857-0.912 with their first slices starved (a worker gave back half
 // its leases in a load's first slice, see TestDemandAfterAnIdleWindow),
-// and 0 in 30 in the first .ci/run since. So the median run must meet each target, and no
-// run may pass the bounds that catch a stall of the pipeline rather than of
-// the machine (1.25 slices, utilization 0.85: a load that waits a second
-// anywhere measures 0.82); the runs that met both are counted in the log.
+// and 0 in 30 in the first .ci/run since. So the median run must meet
+// each target, and no run may pass the bounds that catch a stall of the
+// pipeline rather than of the machine (1.25 slices, utilization 0.85: a
+// load that waits a second anywhere measures 0.82); the runs that met
+// both are counted in the log.
 type rateRuns struct {
 	capacity                      float64
 	seconds, slices, utilizations []float64
@@ -148,8 +149,9 @@ func drainUSGS(t *testing.T, capacity, partitions, workers int, extra ...string)
 	st := e.awaitAccepted(usgsRecords, time.Minute)
 	// Where a run's time went: production is not what is judged, but a
 	// slow one starves the workers' first slices.
-	produced, _, _ := strings.Cut(out[strings.Index(out, "produced "):], "\n")
-	t.Logf("bulk-load began %.3f s before the first accept; %s", st.FirstChargeAt.Sub(began).Seconds(), produced)
+	_, produced, _ := strings.Cut(out, "produced ")
+	produced, _, _ = strings.Cut(produced, "\n")
+	t.Logf("bulk-load began %.3f s before the first accept; produced %s", st.FirstChargeAt.Sub(began).Seconds(), strings.TrimSpace(produced))
 	return e, st, float64(usgsRecords) / float64(capacity) / st.LastChargeAt.Sub(st.FirstChargeAt).Seconds()
 }
 
