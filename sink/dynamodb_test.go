@@ -408,7 +408,7 @@ func TestDynamoDBThrottling(t *testing.T) {
 		}
 		return 400, `{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"The conditional request failed"}`
 	})
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	res, err = s.Write(ctx, recs)
 	require.NoError(t, err)

@@ -351,7 +351,7 @@ func TestGCSThrottlingAndFailures(t *testing.T) {
 	})
 	ss := gcsAt(t, slow.URL, bucket, GCSPerRecord)
 	late := []ingest.Record{{ID: "e", Value: []byte(`{"mag":1}`)}, {ID: "f", Value: []byte(`{"mag":2}`)}}
-	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	res, err = ss.Write(ctx, late)
 	require.NoError(t, err)

@@ -160,12 +160,16 @@ func TestHTTPSinkWholeRequestStatuses(t *testing.T) {
 
 func TestHTTPSinkTimeout(t *testing.T) {
 	t.Parallel()
+	// The timeout is long enough for the request to reach a server on a
+	// loaded machine (a 50 ms one timed out before sending under the
+	// parallel suite) and 60 times shorter than the sink's latency.
 	sim := newSim(t, sinksim.Config{Capacity: 10, Latency: time.Minute})
-	hs := serve(t, sim.Handler(), 50*time.Millisecond)
+	hs := serve(t, sim.Handler(), time.Second)
 	_, err := hs.Write(t.Context(), []ingest.Record{record("a", `{}`, 1)})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "sink: write 1 records")
-	require.Equal(t, int64(1), sim.Stats().Accepted, "admitted before the latency: a retry finds a duplicate")
+	require.Eventually(t, func() bool { return sim.Stats().Accepted == 1 }, 5*time.Second, 10*time.Millisecond,
+		"admitted before the latency: a retry finds a duplicate")
 }
 
 func TestHTTPSinkHonoursCancellation(t *testing.T) {

@@ -334,7 +334,7 @@ func TestS3Throttling(t *testing.T) {
 		}
 		return 412, nil, s3Error("PreconditionFailed")
 	})
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	res, err = slow.Write(ctx, recs)
 	require.NoError(t, err)
