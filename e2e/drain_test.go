@@ -65,7 +65,7 @@ func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
 // the cloud sinks' cases); 4 of one case's 10 in a fifteenth, at
 // 0.857-0.912 with their first slices starved (a worker gave back half
 // its leases in a load's first slice, see TestDemandAfterAnIdleWindow),
-// and 0 in 30 in each of the three .ci/runs since. So the median run
+// and 0 in 30 in each of the four .ci/runs since. So the median run
 // must meet each target, and no run may pass the bounds that catch a
 // stall of the pipeline rather than of the machine (1.25 slices,
 // utilization 0.85: a load that waits a second anywhere measures 0.82);
