@@ -30,22 +30,17 @@ import (
 // every record once, no 429, no sliding second over 1.01 × the capacity;
 // the sliding 200 ms and the utilization are judged as rateRuns says.
 func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
-	runs := e2eRuns(t, 10)
 	const capacity = 2000
-	judged := rateRuns{capacity: capacity}
-	for run := range runs {
-		t.Run(fmt.Sprintf("run %d", run+1), func(t *testing.T) {
-			summary := filepath.Join(t.TempDir(), "summary.json")
-			e, st, utilization := drainUSGS(t, capacity, 20, 3, "--summary-json", summary)
-			require.EqualValues(t, usgsRecords, readSummaryFile(t, summary).RecordsProduced, "the load produced the whole file")
-			e.report(st)
-			require.EqualValues(t, usgsRecords, st.Accepted, "every record at the sink")
-			require.Zero(t, st.Duplicates, "every record exactly once")
-			require.Zero(t, st.Throttled)
-			judged.add(t, st, utilization)
-		})
-	}
-	judged.judge(t)
+	repeatRuns(t, capacity, func(t *testing.T) (sinkwire.Stats, float64) {
+		summary := filepath.Join(t.TempDir(), "summary.json")
+		e, st, utilization := drainUSGS(t, capacity, 20, 3, "--summary-json", summary)
+		require.EqualValues(t, usgsRecords, readSummaryFile(t, summary).RecordsProduced, "the load produced the whole file")
+		e.report(st)
+		require.EqualValues(t, usgsRecords, st.Accepted, "every record at the sink")
+		require.Zero(t, st.Duplicates, "every record exactly once")
+		require.Zero(t, st.Throttled)
+		return st, utilization
+	})
 }
 
 // rateRuns judges the runs of a rate case at the sink. Every run: no
@@ -80,6 +75,23 @@ const (
 	targetSlices, boundSlices           = 1.1, 1.25
 	targetUtilization, boundUtilization = 0.95, 0.85
 )
+
+// repeatRuns runs one run of a rate case at capacity records/s
+// SLUICE_E2E_RUNS times (default 10), each a subtest, so that the
+// processes a run started stop before the next starts (kept to the
+// case's end, a tenth run shared the machine with 18 idle ones); it adds
+// each run's sink statistics and utilization and then judges them.
+func repeatRuns(t *testing.T, capacity float64, run func(t *testing.T) (sinkwire.Stats, float64)) {
+	t.Helper()
+	judged := rateRuns{capacity: capacity}
+	for i := range e2eRuns(t, 10) {
+		t.Run(fmt.Sprintf("run %d", i+1), func(t *testing.T) {
+			st, utilization := run(t)
+			judged.add(t, st, utilization)
+		})
+	}
+	judged.judge(t)
+}
 
 // add logs and notes one run's sink statistics and its utilization, and
 // fails the run when it breaks the promise or a bound.
@@ -135,10 +147,7 @@ func e2eRuns(t *testing.T, def int) int {
 // `bulk-load --workers 0` and the extra flags, and returns the env, the
 // sink's stats once it has accepted every record, and the utilization at
 // the sink: the ideal time over the span from its first accept to its
-// last. The env's processes stop when t ends, so a case repeats it in
-// subtests: the idle workers and emulators of earlier runs would
-// otherwise share the machine with the next (18 idle processes by a
-// tenth run).
+// last. The env's processes stop when t ends.
 func drainUSGS(t *testing.T, capacity, partitions, workers int, extra ...string) (*env, sinkwire.Stats, float64) {
 	t.Helper()
 	e := newEnv(t, capacity, partitions, 15*time.Second)
@@ -239,22 +248,17 @@ func readOne(t *testing.T, topic string) kafka.Message {
 // each (default 10), every record once in every run; the sliding second,
 // the sliding 200 ms and the utilization are judged as rateRuns says.
 func TestSinkSideSecondHoldsWithDefaults(t *testing.T) {
-	runs := e2eRuns(t, 10)
 	const capacity = 2000
 	for _, workers := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
-			judged := rateRuns{capacity: capacity}
-			for run := range runs {
-				t.Run(fmt.Sprintf("run %d", run+1), func(t *testing.T) {
-					// 20 capacity partitions for two workers, 24 for three: a pool
-					// that divides evenly among the workers, as docs/production.md advises.
-					_, st, utilization := drainUSGS(t, capacity, map[int]int{2: 20, 3: 24}[workers], workers)
-					require.EqualValues(t, usgsRecords, st.Accepted)
-					require.Zero(t, st.Duplicates)
-					judged.add(t, st, utilization)
-				})
-			}
-			judged.judge(t)
+			repeatRuns(t, capacity, func(t *testing.T) (sinkwire.Stats, float64) {
+				// 20 capacity partitions for two workers, 24 for three: a pool
+				// that divides evenly among the workers, as docs/production.md advises.
+				_, st, utilization := drainUSGS(t, capacity, map[int]int{2: 20, 3: 24}[workers], workers)
+				require.EqualValues(t, usgsRecords, st.Accepted)
+				require.Zero(t, st.Duplicates)
+				return st, utilization
+			})
 		})
 	}
 }
