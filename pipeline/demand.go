@@ -47,7 +47,7 @@ const (
 //     send it: the rate × (1 s + guard) ÷ 1 s) plus what drains the units
 //     waiting for it (its queue lag, what it fetched, retries, the head of
 //     its line) within drainWithin, and keeps asking for the most it
-//     asked for until that backlog is gone and one slice more, so the
+//     asked for until that backlog is gone and a slice more, so the
 //     tail of a backlog is not sent ever slower. The arrival rate over
 //     about the last arrivalWindow is what it fetched from the source in
 //     that span plus how much its queue lag grew: what arrived was either
@@ -105,7 +105,7 @@ type demand struct {
 
 	lastBacklog time.Time   // slice loop only: the last +Inf
 	peak        float64     // slice loop only: the most asked for since the backlog began; 0 without one
-	drained     bool        // slice loop only: the backlog of peak is gone (asked for one slice more)
+	drainedAt   time.Time   // slice loop only: when the backlog of peak was seen gone (asked for a slice more); zero while it lasts
 	recent      recentUnits // units sent in the last second
 	notes       []arrivals  // slice loop only: the estimates of the last arrivalWindow, oldest first
 	shifted     time.Time   // slice loop only: since when the arrivals of the last shiftWindow are below shiftShare of the long window's, or above it by as much; zero when they are not
@@ -172,16 +172,23 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 	}
 	if excess := waiting - tolerance; excess > 0 {
 		// A backlog: asked for until it is gone, however it shrinks, so
-		// that its tail is not sent ever slower, and for one slice more,
-		// while the slice that took its last records sends them.
+		// that its tail is not sent ever slower, and for a slice more,
+		// while the slices that took its last records send them: records
+		// fetched just after the queue ran dry (a fetch in transit) are
+		// the backlog's too, and asked for less, the leases went back
+		// while their sends waited, which then trickled out at the rate
+		// left (one partition's) for up to 150 ms after every other
+		// record of a load (TestSinkSideSecondHoldsWithDefaults).
 		d.peak = max(d.peak, arrival+excess/drainWithin.Seconds())
-		d.drained = false
+		d.drainedAt = time.Time{}
 		arrival = d.peak
-	} else if d.peak > 0 && !d.drained {
-		d.drained = true
+	} else if d.peak > 0 && (d.drainedAt.IsZero() || now.Sub(d.drainedAt) < d.slice) {
+		if d.drainedAt.IsZero() {
+			d.drainedAt = now
+		}
 		arrival = max(arrival, d.peak)
 	} else {
-		d.peak = 0
+		d.peak, d.drainedAt = 0, time.Time{}
 	}
 	// What the slice took is sent over it, each send when the account has
 	// room: the rate it was taken at must not all go back meanwhile, or

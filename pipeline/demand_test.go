@@ -78,6 +78,28 @@ func TestDemandFollowsArrivals(t *testing.T) {
 	}
 }
 
+// Records fetched just after a backlog's last take (a fetch in transit)
+// are the backlog's: for a slice after the take that left nothing
+// waiting, they are asked for at its rate, so the leases that send them
+// stay; a slice later, what a take sends is half its rate again.
+func TestDemandKeepsABacklogsRateForItsStragglers(t *testing.T) {
+	t.Parallel()
+	const slice = 200 * time.Millisecond
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := &demand{slice: slice, lag: func() int64 { return 0 }}
+	require.InDelta(t, 4000, d.estimate(now, true, 0, 4000, 4000, 1000, 0, false), 1, "the backlog")
+	now = now.Add(slice)
+	d.fetched.Add(1000)
+	require.InDelta(t, 4000, d.estimate(now, false, 200, 0, 0, 1000, 0, false), 1, "its last take")
+	for _, after := range []time.Duration{90 * time.Millisecond, 2 * time.Millisecond, 100 * time.Millisecond} {
+		now = now.Add(after)
+		d.fetched.Add(16)
+		require.InDelta(t, 4000, d.estimate(now, false, 16, 0, 0, 1000, 0, false), 1, "16 stragglers %v later", after)
+	}
+	now = now.Add(8 * time.Millisecond)
+	require.InDelta(t, 250, d.estimate(now, false, 100, 0, 0, 1000, 0, false), 1, "a slice after the last take")
+}
+
 // A source run dry asks for nothing; a bulk load that leases ahead asks
 // for everything until its first record.
 func TestDemandDryAndLeaseAhead(t *testing.T) {
