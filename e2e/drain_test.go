@@ -99,8 +99,9 @@ func repeatRuns(t *testing.T, capacity float64, run func(t *testing.T) (sinkwire
 func (r *rateRuns) add(t *testing.T, st sinkwire.Stats, utilization float64) {
 	t.Helper()
 	inSlices := float64(st.MaxUnits200msSteady) / (r.capacity * 0.2)
-	t.Logf("busiest second %d, busiest sliding 200 ms after the first second %d (%.3f slices), utilization %.3f; per 200 ms %v",
-		st.MaxUnits1s, st.MaxUnits200msSteady, inSlices, utilization, st.UnitsPer200ms)
+	head, middle, tail := lostTime(st, r.capacity)
+	t.Logf("busiest second %d, busiest sliding 200 ms after the first second %d (%.3f slices), utilization %.3f (lost to the head %.0f ms, the middle %.0f ms, the tail %.0f ms); per 200 ms %v",
+		st.MaxUnits1s, st.MaxUnits200msSteady, inSlices, utilization, 1e3*head, 1e3*middle, 1e3*tail, st.UnitsPer200ms)
 	r.seconds = append(r.seconds, float64(st.MaxUnits1s)/r.capacity)
 	r.slices = append(r.slices, inSlices)
 	r.utilizations = append(r.utilizations, utilization)
@@ -123,6 +124,40 @@ func (r *rateRuns) judge(t *testing.T) {
 		len(r.slices), r.seconds, r.slices, r.utilizations, met, targetSlices, targetUtilization)
 	require.LessOrEqual(t, median(r.slices), targetSlices, "the median run's sliding 200 ms, in slices")
 	require.GreaterOrEqual(t, median(r.utilizations), targetUtilization, "the median run's utilization")
+}
+
+// lostTime splits a run's time at the sink beyond its ideal (its units
+// at capacity units/s), in seconds: the head is from the first charge to
+// the first 200 ms bucket after it that holds at least 0.9 slices, the
+// tail from the end of the last such bucket to the last charge, each
+// less its units' ideal time, and the middle the rest. A series with no
+// such bucket is all middle.
+func lostTime(st sinkwire.Stats, capacity float64) (head, middle, tail float64) {
+	const bucket = 200 * time.Millisecond
+	u := st.UnitsPer200ms
+	total := st.LastChargeAt.Sub(st.FirstChargeAt).Seconds() - float64(st.UnitsCharged)/capacity
+	first := int(st.FirstChargeAt.Sub(st.SeriesStart) / bucket)
+	steady := func(i int) bool { return float64(u[i]) >= 0.9*capacity*bucket.Seconds() }
+	h, k := first+1, len(u)-2
+	for h < len(u) && !steady(h) {
+		h++
+	}
+	for k > first && !steady(k) {
+		k--
+	}
+	if first < 0 || first >= len(u) || h > k {
+		return 0, total, 0
+	}
+	sum := func(xs []int64) (n int64) {
+		for _, x := range xs {
+			n += x
+		}
+		return n
+	}
+	at := func(i int) time.Time { return st.SeriesStart.Add(time.Duration(i) * bucket) }
+	head = at(h).Sub(st.FirstChargeAt).Seconds() - float64(sum(u[first:h]))/capacity
+	tail = st.LastChargeAt.Sub(at(k+1)).Seconds() - float64(sum(u[k+1:]))/capacity
+	return head, total - head - tail, tail
 }
 
 // median is the middle of xs (the mean of the two middle values when

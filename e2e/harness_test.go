@@ -125,9 +125,11 @@ func (e *env) start(name string, args ...string) *proc {
 	e.t.Helper()
 	bin, err := filepath.Abs(binary)
 	require.NoError(e.t, err)
-	dir := os.Getenv("SLUICE_E2E_KEEP_LOGS") // the logs outlive the test there
-	if dir == "" {
-		dir = e.t.TempDir()
+	dir := e.t.TempDir()
+	if keep := os.Getenv("SLUICE_E2E_KEEP_LOGS"); keep != "" {
+		// The logs outlive the test there, one folder per test and run.
+		dir = filepath.Join(keep, strings.NewReplacer("/", "_", " ", "_").Replace(e.t.Name()))
+		require.NoError(e.t, os.MkdirAll(dir, 0o755))
 	}
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
