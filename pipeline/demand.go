@@ -151,7 +151,15 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 	case capped && (waiting < 0 || leased <= 0):
 		// How much waits is unknown, or cannot be learnt at no rate (the
 		// queue's lag is read from the records fetched, and a worker
-		// without leases fetches none ahead).
+		// without leases fetches none ahead). A lag that is known is
+		// noted, so that the next estimate reads what arrives from here:
+		// a worker whose first records came before its fetcher ever
+		// waited (so before any idle note) read no rate at all and asked
+		// only for what it saw, giving back a fifth of the pool in a
+		// load's first slice (TestDemandOfAWorkerThatNeverWaited).
+		if lag >= 0 {
+			d.arrival(now, lag)
+		}
 		d.lastBacklog = now
 		return ingest.Inf
 	case waiting < 0:

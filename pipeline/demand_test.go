@@ -181,6 +181,44 @@ func TestDemandAfterAnIdleWindow(t *testing.T) {
 	}
 }
 
+// A worker whose first records came before its fetcher ever waited in
+// Fetch (so with no idle note: the group's generation began as the load
+// was being produced) reads their rate from its first estimate, made
+// without leases: 1,000 fetched and 998 in the queue, then 16 ms later
+// 1,000 more fetched and as many produced behind them (a load produced at
+// 62,500/s) asks for everything such a rate needs, where it asked for
+// what it saw alone (2,598 here; 1,600 of a 2,000 pool in an e2e run of
+// one worker on 20 partitions, which gave a fifth of the pool back in the
+// load's first slice and sent 320 and 319 records in its second and
+// third). Live records at 1,400/s read the same way ask for about their
+// rate (1,000 before: what waited alone).
+func TestDemandOfAWorkerThatNeverWaited(t *testing.T) {
+	t.Parallel()
+	const slice = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name        string
+		arrived     int64 // units produced in the 16 ms between the estimates
+		least, most float64
+	}{
+		{"a load being produced", 1000, 60000, math.Inf(1)},
+		{"live records at 1,400/s", 22, 1400, 2500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			d := startedDemand(slice)
+			d.fetched.Add(tc.arrived)
+			require.True(t, math.IsInf(d.estimate(now, true, 0, 998+float64(tc.arrived), 998, 0, 0, false), 1), "no leases yet")
+			now = now.Add(16 * time.Millisecond)
+			d.fetched.Add(tc.arrived)
+			waiting := 998 + 2*float64(tc.arrived) - 400
+			got := d.estimate(now, true, 400, waiting, 998, 2000, 0, false)
+			require.GreaterOrEqual(t, got, tc.least)
+			require.LessOrEqual(t, got, tc.most)
+		})
+	}
+}
+
 // Producers that pause for two slices and then deliver the pause's
 // records at once leave a caught-up worker's demand at its arrival rate,
 // so its partitions do not go to a lower class and come back; a drop

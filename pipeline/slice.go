@@ -526,7 +526,10 @@ func (p *Pipeline) setDemand(capped bool, sending int64, head *item) {
 	if g, ok := p.p.Pacer.(ingest.GuardReporter); ok {
 		guard = g.Guard()
 	}
-	p.p.Capacity.SetDemand(p.demand.estimate(now, capped, sending, waiting, lagUnits, p.p.Capacity.Rate(now), guard, idle))
+	leased := p.p.Capacity.Rate(now)
+	demand := p.demand.estimate(now, capped, sending, waiting, lagUnits, leased, guard, idle)
+	p.log.Debug("demand", "units_per_s", demand, "leased", leased, "capped", capped, "sending", sending, "waiting", waiting, "lag", lagUnits)
+	p.p.Capacity.SetDemand(demand)
 	if br, ok := p.p.Capacity.(ingest.BacklogReporter); ok {
 		br.SetBacklog(units)
 	}
