@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,44 +43,35 @@ func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
 }
 
 // rateRuns judges the runs of a rate case at the sink. Every run: no
-// sliding second over 1.01 × capacity (the promise). The targets of a
-// run, the busiest sliding 200 ms from a second after the first accept at
-// most 1.1 slices of the pool and a utilization (the ideal time over the
-// span from the first accept to the last, the load's edges included) of
-// at least 0.95, are not met by every run on a 2-core machine that runs
-// the broker, Redis, the emulator and the workers side by side: after a
-// slice that opened late each worker's sends bunch by a request, a
-// stall of the machine bunches them further in transit, or it delays a
-// worker's first slices. 2 runs in 30 missed one here, and in fourteen
-// .ci/runs 0, 6, 3, 4, 3, 5, 1, 0, 1, 0, 5, 8, 1 and 9 in 30 (6 of one
-// case's 10 in a row at 0.890-0.915, its first four at 0.989-0.995; 4 of
-// one case's 10: utilization 0.943-0.947, 1.123 slices; one run at 0.891,
-// 2 s longer than its neighbours; 0.917-0.947 in four runs in a row beside
-// the cloud sinks' cases); 4 of one case's 10 in a fifteenth, at
-// 0.857-0.912 with their first slices starved (a worker gave back half
-// its leases in a load's first slice, see TestDemandAfterAnIdleWindow),
-// 0 in 30 in each of the four .ci/runs since and 3 in the fifth (three
-// on 24 partitions, 0.939-0.948). So the median run must meet each
-// target, and no run may pass the bounds that catch a stall of the
-// pipeline rather than of the machine (1.25 slices, utilization 0.85: a
-// load that waits a second anywhere measures 0.82); the runs that met
-// both are counted in the log.
+// sliding second over 1.01 × capacity (the promise), the busiest sliding
+// 200 ms from a second after the first accept at most 1.1 slices of the
+// pool, and a utilization (the ideal time over the span from the first
+// accept to the last, the load's edges included) of at least 0.95. The
+// log splits each run's lost time into its head, middle and tail
+// (lostTime) and counts the runs at utilization ≥ 0.98, the edges target
+// (docs/performance.md). Judged by the median run until a worker held its
+// backlog's rate for a slice of time after its last take (a tail of up
+// to 150 ms before, pipeline.TestDemandKeepsABacklogsRateForItsStragglers),
+// the cases measured 0.986-0.996 and 1.040-1.075 slices in the 30 runs of
+// the .ci/run of that change.
 type rateRuns struct {
 	capacity                      float64
 	seconds, slices, utilizations []float64
+	edges                         []float64 // head + tail, in seconds
 }
 
-// Targets and bounds of rateRuns.
+// Targets of every run of rateRuns, and the utilization counted in the
+// log as the edges target.
 const (
-	targetSlices, boundSlices           = 1.1, 1.25
-	targetUtilization, boundUtilization = 0.95, 0.85
+	targetSlices, targetUtilization = 1.1, 0.95
+	edgesUtilization                = 0.98
 )
 
 // repeatRuns runs one run of a rate case at capacity records/s
 // SLUICE_E2E_RUNS times (default 10), each a subtest, so that the
 // processes a run started stop before the next starts (kept to the
 // case's end, a tenth run shared the machine with 18 idle ones); it adds
-// each run's sink statistics and utilization and then judges them.
+// each run's sink statistics and utilization and then logs them all.
 func repeatRuns(t *testing.T, capacity float64, run func(t *testing.T) (sinkwire.Stats, float64)) {
 	t.Helper()
 	judged := rateRuns{capacity: capacity}
@@ -91,11 +81,11 @@ func repeatRuns(t *testing.T, capacity float64, run func(t *testing.T) (sinkwire
 			judged.add(t, st, utilization)
 		})
 	}
-	judged.judge(t)
+	judged.log(t)
 }
 
 // add logs and notes one run's sink statistics and its utilization, and
-// fails the run when it breaks the promise or a bound.
+// fails the run when it breaks the promise or a target.
 func (r *rateRuns) add(t *testing.T, st sinkwire.Stats, utilization float64) {
 	t.Helper()
 	inSlices := float64(st.MaxUnits200msSteady) / (r.capacity * 0.2)
@@ -105,25 +95,23 @@ func (r *rateRuns) add(t *testing.T, st sinkwire.Stats, utilization float64) {
 	r.seconds = append(r.seconds, float64(st.MaxUnits1s)/r.capacity)
 	r.slices = append(r.slices, inSlices)
 	r.utilizations = append(r.utilizations, utilization)
+	r.edges = append(r.edges, head+tail)
 	require.LessOrEqual(t, float64(st.MaxUnits1s), 1.01*r.capacity, "a sliding second over capacity at the sink")
-	require.LessOrEqual(t, inSlices, boundSlices, "a sliding 200 ms over %.2f slices at the sink", boundSlices)
-	require.GreaterOrEqual(t, utilization, boundUtilization)
+	require.LessOrEqual(t, inSlices, targetSlices, "a sliding 200 ms over %.2f slices at the sink", targetSlices)
+	require.GreaterOrEqual(t, utilization, targetUtilization)
 }
 
-// judge logs every run's figures and fails unless the median run met
-// each target.
-func (r *rateRuns) judge(t *testing.T) {
+// log logs every run's figures and how many met the edges target.
+func (r *rateRuns) log(t *testing.T) {
 	t.Helper()
-	met := 0
-	for i := range r.slices {
-		if r.slices[i] <= targetSlices && r.utilizations[i] >= targetUtilization {
-			met++
+	edged := 0
+	for _, u := range r.utilizations {
+		if u >= edgesUtilization {
+			edged++
 		}
 	}
-	t.Logf("%d runs: busiest second ÷ capacity %.3f, busiest sliding 200 ms ÷ slice %.3f, utilization %.3f; %d met both targets (≤ %.2f slices, ≥ %.2f)",
-		len(r.slices), r.seconds, r.slices, r.utilizations, met, targetSlices, targetUtilization)
-	require.LessOrEqual(t, median(r.slices), targetSlices, "the median run's sliding 200 ms, in slices")
-	require.GreaterOrEqual(t, median(r.utilizations), targetUtilization, "the median run's utilization")
+	t.Logf("%d runs: busiest second ÷ capacity %.3f, busiest sliding 200 ms ÷ slice %.3f, utilization %.3f, head + tail %.3f s; %d at utilization ≥ %.2f",
+		len(r.slices), r.seconds, r.slices, r.utilizations, r.edges, edged, edgesUtilization)
 }
 
 // lostTime splits a run's time at the sink beyond its ideal (its units
@@ -158,16 +146,6 @@ func lostTime(st sinkwire.Stats, capacity float64) (head, middle, tail float64) 
 	head = at(h).Sub(st.FirstChargeAt).Seconds() - float64(sum(u[first:h]))/capacity
 	tail = st.LastChargeAt.Sub(at(k+1)).Seconds() - float64(sum(u[k+1:]))/capacity
 	return head, total - head - tail, tail
-}
-
-// median is the middle of xs (the mean of the two middle values when
-// their number is even); 0 for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(xs))
-	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2
 }
 
 // e2eRuns is how many times a rate case runs: SLUICE_E2E_RUNS, or def.
