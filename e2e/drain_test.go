@@ -125,6 +125,9 @@ func lostTime(st sinkwire.Stats, capacity float64) (head, middle, tail float64) 
 	u := st.UnitsPer200ms
 	total := st.LastChargeAt.Sub(st.FirstChargeAt).Seconds() - float64(st.UnitsCharged)/capacity
 	first := int(st.FirstChargeAt.Sub(st.SeriesStart) / bucket)
+	if first < 0 || first >= len(u) {
+		return 0, total, 0
+	}
 	steady := func(i int) bool { return float64(u[i]) >= 0.9*capacity*bucket.Seconds() }
 	h, k := first+1, len(u)-2
 	for h < len(u) && !steady(h) {
@@ -133,7 +136,7 @@ func lostTime(st sinkwire.Stats, capacity float64) (head, middle, tail float64) 
 	for k > first && !steady(k) {
 		k--
 	}
-	if first < 0 || first >= len(u) || h > k {
+	if h > k {
 		return 0, total, 0
 	}
 	sum := func(xs []int64) (n int64) {
