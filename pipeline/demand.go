@@ -61,7 +61,8 @@ const (
 //     comes next: the records that arrive after it (a load produced into
 //     a topic its workers wait on) are read over the time since its last
 //     note, and a worker that has fetched nothing yet notes its idle
-//     waits, so that its first records are read the same way; spread
+//     waits, and its first estimate without leases, so that its first
+//     records are read the same way; spread
 //     over the idle window, or read from the first note alone (no rate
 //     at all), the first slice of a load asked for half of what it held
 //     and gave the rest back (TestDemandAfterAnIdleWindow).
@@ -190,13 +191,15 @@ func (d *demand) estimate(now time.Time, capped bool, sending int64, waiting, la
 		d.peak = max(d.peak, arrival+excess/drainWithin.Seconds())
 		d.drainedAt = time.Time{}
 		arrival = d.peak
-	} else if d.peak > 0 && (d.drainedAt.IsZero() || now.Sub(d.drainedAt) < d.slice) {
+	} else if d.peak > 0 {
 		if d.drainedAt.IsZero() {
 			d.drainedAt = now
 		}
-		arrival = max(arrival, d.peak)
-	} else {
-		d.peak, d.drainedAt = 0, time.Time{}
+		if now.Sub(d.drainedAt) < d.slice {
+			arrival = max(arrival, d.peak)
+		} else {
+			d.peak, d.drainedAt = 0, time.Time{}
+		}
 	}
 	// What the slice took is sent over it, each send when the account has
 	// room: the rate it was taken at must not all go back meanwhile, or
