@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -133,7 +134,9 @@ func (p *Pipeline) slices(ctx, writeCtx context.Context, writing *sync.WaitGroup
 				p.c.NoteSent(sent.At, owed)
 			}
 		}
-		p.log.Debug("slice", "budget", budget, "spent", spent, "requests", len(batches), "queued", len(p.fetched))
+		if p.log.Enabled(ctx, slog.LevelDebug) {
+			p.log.Debug("slice", "budget", budget, "spent", spent, "requests", len(batches), "queued", len(p.fetched))
+		}
 		// The sends flow at the budget's rate: over the whole slice when
 		// the budget is used, over its share of it when the queue ran dry
 		// first (the last records of a load are not held back).
@@ -528,7 +531,9 @@ func (p *Pipeline) setDemand(capped bool, sending int64, head *item) {
 	}
 	leased := p.p.Capacity.Rate(now)
 	demand := p.demand.estimate(now, capped, sending, waiting, lagUnits, leased, guard, idle)
-	p.log.Debug("demand", "units_per_s", demand, "leased", leased, "capped", capped, "sending", sending, "waiting", waiting, "lag", lagUnits)
+	if p.log.Enabled(context.Background(), slog.LevelDebug) { // the values are boxed even when the line is dropped
+		p.log.Debug("demand", "units_per_s", demand, "leased", leased, "capped", capped, "sending", sending, "waiting", waiting, "lag", lagUnits)
+	}
 	p.p.Capacity.SetDemand(demand)
 	if br, ok := p.p.Capacity.(ingest.BacklogReporter); ok {
 		br.SetBacklog(units)
