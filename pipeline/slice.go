@@ -15,12 +15,16 @@ import (
 // far as MaxBatch allows more): the sends of a slice leave at even
 // intervals across it, not as one burst at its start, so the busiest
 // 200 ms at the sink holds about one slice's budget and bursts of several
-// workers do not align. A window's excess is about one send per worker at
-// each of its edges: two workers at 500 records/s each put up to 218-220
-// records in a sliding 200 ms at the sink (1.09-1.10 slices; 209-213 at
-// 40 sends, which doubles the requests, and their CPU cost the live-first
-// end-to-end case a few points of its share on a 2-core machine).
-const sendsPerSlice = 20
+// workers do not align. A sliding 200 ms holds one send more than a slice
+// of each worker's when they flow evenly, and two where a late send meets
+// the next on time; a send is a worker's share ÷ sendsPerSlice, so the
+// excess is about 1-2 ÷ sendsPerSlice slices however many workers share
+// the pool. At 20 sends that sat on the 1.1-slice target: the end-to-end
+// rate cases measured up to 1.103 slices (441 records of 400 with three
+// workers at 2,000 records/s). At 30, the paths of the worker package's
+// TestSinkSideSecondHoldsWithSeveralWorkers put 414-430 records in the
+// busiest 200 ms at the sink (420-438 at 20), for 1.5 × the requests.
+const sendsPerSlice = 30
 
 // idleWait bounds how long an idle pipeline waits for a record before it
 // looks at its retries and demand again.
