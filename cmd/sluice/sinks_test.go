@@ -39,20 +39,28 @@ func usgsPlusBad(t *testing.T, pad int) string {
 	return path
 }
 
-// testPostgresURL is a real PostgreSQL server's URL: SLUICE_TEST_POSTGRES_URL
-// or the one scripts/postgres.sh starts (idempotent).
-func testPostgresURL(t *testing.T) string {
+// serviceURL is a real server's URL: the environment variable env, or the
+// one scripts/<script> starts (idempotent; the Makefile stops it), printed
+// on the script's last line.
+func serviceURL(t *testing.T, env, script string) string {
 	t.Helper()
-	if u := os.Getenv("SLUICE_TEST_POSTGRES_URL"); u != "" {
+	if u := os.Getenv(env); u != "" {
 		return u
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command("../../scripts/postgres.sh", "start")
+	cmd := exec.Command("../../scripts/"+script, "start")
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	require.NoError(t, err, "scripts/postgres.sh start: %s", stderr.String())
+	require.NoError(t, err, "scripts/%s start: %s", script, stderr.String())
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return lines[len(lines)-1]
+}
+
+// testPostgresURL is a real PostgreSQL server's URL: SLUICE_TEST_POSTGRES_URL
+// or the one scripts/postgres.sh starts.
+func testPostgresURL(t *testing.T) string {
+	t.Helper()
+	return serviceURL(t, "SLUICE_TEST_POSTGRES_URL", "postgres.sh")
 }
 
 // The USGS file into a real PostgreSQL through embedded Kafka and Redis:
@@ -141,23 +149,20 @@ func TestTypedBulkLoadIntoPostgres(t *testing.T) {
 // Redis: 9,366 entities once, the oversized row dead-lettered, and a second
 // bulk-load of the same file adds none.
 func TestBulkLoadIntoAzureTables(t *testing.T) {
-	base := os.Getenv("SLUICE_TEST_AZURITE_URL")
-	if base == "" {
-		var stderr bytes.Buffer
-		cmd := exec.Command("../../scripts/azurite.sh", "start")
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		require.NoError(t, err, "scripts/azurite.sh start: %s", stderr.String())
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		base = lines[len(lines)-1]
-	}
+	base := serviceURL(t, "SLUICE_TEST_AZURITE_URL", "azurite.sh")
 	t.Setenv(envAzureAccountKey, azuriteKey)
 	table := fmt.Sprintf("quakes%d", time.Now().UnixNano())
 	path := usgsPlusBad(t, 40_000)
 	count := func() (n int64) {
 		cred, err := aztables.NewSharedKeyCredential("devstoreaccount1", azuriteKey)
 		require.NoError(t, err)
-		svc, err := aztables.NewServiceClientWithSharedKey("http://"+strings.TrimPrefix(base, "azuretables://"), cred, nil)
+		// A transport of its own, closed after counting: the SDK's shared
+		// one would keep an idle connection past the test.
+		transport := &http.Transport{}
+		defer transport.CloseIdleConnections()
+		opts := &aztables.ClientOptions{}
+		opts.Transport = &http.Client{Transport: transport}
+		svc, err := aztables.NewServiceClientWithSharedKey("http://"+strings.TrimPrefix(base, "azuretables://"), cred, opts)
 		require.NoError(t, err)
 		pager := svc.NewClient(table).NewListEntitiesPager(&aztables.ListEntitiesOptions{Select: to.Ptr("RowKey")})
 		for pager.More() {
