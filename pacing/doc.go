@@ -5,10 +5,12 @@
 // budget is the smallest of:
 //
 //   - what a golang.org/x/time/rate token bucket allows, whose limit is the
-//     worker's current rate (units/s) and whose burst is one slice of it
-//     (rate × Slice, rounded up to a whole unit). The limit and burst are set
-//     at the start of every slice, so a lease gained or lost applies at the
-//     next slice;
+//     worker's current rate (units/s) and which gives a slice at most one
+//     slice of it (rate × Slice, rounded up to a whole unit). The bucket
+//     holds one unit more, which only carries the fraction a whole-unit
+//     budget leaves to the next slice. The limit and size are set at the
+//     start of every slice, so a lease gained or lost applies at the next
+//     slice;
 //   - the room left in a sliding account: the integral of the worker's rate
 //     over the last Config.Window (1 s by default), as reported by
 //     Capacity.Credit, minus every unit still in the account;

@@ -469,6 +469,30 @@ func TestUtilizationAtConstantRate(t *testing.T) {
 	}
 }
 
+// TestUtilizationAtASmallRate: a worker whose share is a small rate, 100
+// units/s (a slice of 20 units), answered 0.5 ms after each send, uses ≥
+// 99.5 % of its credit over 20 s. The slice's budget is whole units and the
+// latency allowance makes the bucket's flow a fraction under 20 a slice: a
+// bucket of one slice dropped that fraction, opening slices of 19 and 20 in
+// turn (98.5 %).
+func TestUtilizationAtASmallRate(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		capa := &fakeCapacity{start: time.Now(), steps: []step{{0, 100}}}
+		p, err := pacing.New(pacing.Config{}, capa)
+		require.NoError(t, err)
+		d := drive{costs: constant(1), until: 20 * time.Second,
+			latency: func() time.Duration { return 500 * time.Microsecond }}
+		ss := d.run(t, p, capa)
+		ev := spends(ss)
+		sent, credit := float64(total(ev)), capa.credit(0, 20*time.Second)
+		t.Logf("utilization %.4f (%.0f of %.0f)", sent/credit, sent, credit)
+		require.GreaterOrEqual(t, sent/credit, 0.995)
+		requireWithinCredit(t, capa, ev)
+		requireSliceBudgets(t, ss)
+	})
+}
+
 // TestRateChange: a lost lease cuts the next slice's budget; a worker whose
 // rate just dropped keeps sending its new rate's full slice with no dip,
 // because the account is the integral of the rate, not the current rate; a
