@@ -115,6 +115,10 @@ func TestProbeStep(t *testing.T) {
 		{"a bucket still open does not hide a used level", probeAt(1000), probeState{},
 			account{span: 2500 * time.Millisecond, units: 4*475 + 50, openUnits: 50, attempts: 1950, backlogged: 5, buckets: 5}, 1500, 0, "ran clean"},
 		{"throttled: a margin below what was accepted", probeAt(1713), probeState{}, throttled(1713, 213), 1455, 1713, "213 of 1713 attempts throttled"},
+		// The first onset, the workers held back by their own throttle
+		// cuts: the sink took at least 1,254/s and less than 1,713/s, so
+		// the level goes a margin below the middle.
+		{"first onset while held back: a margin below the middle", probeAt(1713), probeState{}, throttled(1263, 9), 1439, 1713, "9 of 1263 attempts throttled"},
 		// Right after an onset the workers are still held back by its
 		// throttles: 1,200/s sent at 2,305 says little of the sink, so the
 		// level is read once more; a second such reading lowers it.

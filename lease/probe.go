@@ -181,10 +181,13 @@ const (
 //     level L: the capacity is set Margin below what the sink accepted
 //     meanwhile (never above L), and L is remembered as the onset. What
 //     the sink accepted is its capacity only while the workers offered
-//     more: throttles read within 1.5 intervals of the last onset, while
-//     the workers sent less than probeBusy of the level (its throttles
-//     still held them back), leave the level for one more reading, and
-//     the next decision reads both;
+//     more: at the first onset, read while the workers sent less than
+//     probeBusy of the level (their own throttle cuts held them back), it
+//     is a lower bound and L the upper, so the capacity is set Margin
+//     below their middle; throttles read within 1.5 intervals of the
+//     last onset, while the workers sent less than probeBusy of the level
+//     (its throttles still held them back), leave the level for one more
+//     reading, and the next decision reads both;
 //   - a clean account with a backlog that used at least probeBusy of the
 //     level: a raise by DefaultProbeGrowth before the first onset; after
 //     an onset the level stays (settled) for the re-probe period, so no
@@ -225,7 +228,18 @@ func probeStep(p Pool, st probeState, a account, now time.Time) (float64, probeS
 		if latencyOnset {
 			accepted = min(accepted, cur) // the sink kept up, slower: settle below the level
 		}
-		next := src.clamp((1 - src.Margin) * min(accepted, level))
+		capacity := min(accepted, level)
+		if st.Onset == 0 && a.throttled > 0 && a.sentRate() < probeBusy*level {
+			// The first onset, with the workers held below the level by
+			// their own throttle cuts: the sink took what they offered,
+			// so its capacity is at least that and, as it throttled,
+			// below the level. Settling at the lower bound read 81-93 %
+			// of a windowed sink's capacity, as the cuts' timing fell;
+			// the middle halves the gap, and a middle above the capacity
+			// is an onset again, judged on what the sink accepted.
+			capacity = (capacity + level) / 2
+		}
+		next := src.clamp((1 - src.Margin) * capacity)
 		next = math.Min(next, src.clamp((1-src.Margin)*level))
 		if st.Onset == 0 || level < st.Onset {
 			st.Onset = level

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -28,22 +29,33 @@ func (w *world) probing(pool lease.Pool) func(*worker.Worker) ingest.Runner {
 
 // The probe on virtual time: three workers, each its own process
 // with its own controller, drain a backlog of 60,000 records into a sink
-// provisioned for 1,500 records/s that nobody told them about. The pool
-// starts at the probe's floor; within 30 s its capacity is at least 90 %
-// of the sink's, throttled attempts stay within 2 % of the sends, and from
-// the convergence on no sliding second at the sink holds more than 1,500.
+// provisioned for 1,500 records/s that nobody told them about (and for
+// 1,200 and 1,550: where the first onset falls against the workers' own
+// throttle cuts moves what the probe reads, and settling on what a window
+// accepted read 81-93 % of 1,450-1,550). The pool starts at the probe's
+// floor; within 30 s its capacity is at least 90 % of the sink's,
+// throttled attempts stay within 2 % of the sends, and from the
+// convergence on no sliding second at the sink holds more than its
+// capacity.
 // Both of the emulator's modes: a strict sliding window, and a token bucket
 // with a second of capacity in reserve, which hides an overshoot until it
 // runs dry and, refilled while the workers hold back, would read as
 // capacity.
 func TestProbeFindsTheSinksCapacity(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{sinksim.ModeWindow, sinksim.ModeBucket} {
-		t.Run(mode, func(t *testing.T) {
+	for _, tc := range []struct {
+		mode     string
+		capacity int64
+	}{
+		{sinksim.ModeWindow, 1500}, {sinksim.ModeWindow, 1200}, {sinksim.ModeWindow, 1550},
+		{sinksim.ModeBucket, 1500}, {sinksim.ModeBucket, 1200}, {sinksim.ModeBucket, 1550},
+	} {
+		t.Run(fmt.Sprintf("%s %d", tc.mode, tc.capacity), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				const capacity, n = 1500, 60000
-				w := newWorld(t, sinksim.Config{Capacity: capacity, Mode: mode})
+				const n = 60000
+				capacity := tc.capacity
+				w := newWorld(t, sinksim.Config{Capacity: capacity, Mode: tc.mode})
 				pool := w.pool(lease.Pool{Name: "probed", Capacity: lease.DefaultProbeFloor, Partitions: 12,
 					Source: lease.Source{Kind: lease.SourceProbe}})
 				w.queue.add(records("p", n, nil)...)
@@ -63,7 +75,7 @@ func TestProbeFindsTheSinksCapacity(t *testing.T) {
 					st, err := lease.Status(t.Context(), w.redis, "", "probed")
 					require.NoError(t, err)
 					trace = append(trace, st.EffectiveRate)
-					switch in := st.EffectiveRate >= 0.9*capacity && st.EffectiveRate <= capacity; {
+					switch in := st.EffectiveRate >= 0.9*float64(capacity) && st.EffectiveRate <= float64(capacity); {
 					case in && converged == 0:
 						converged = time.Since(began)
 					case !in:
@@ -87,7 +99,7 @@ func TestProbeFindsTheSinksCapacity(t *testing.T) {
 				require.NotZero(t, converged, "the capacity reached 90 %% of the sink's")
 				require.LessOrEqual(t, converged, 30*time.Second, "within 30 s")
 				require.LessOrEqual(t, float64(tot.Throttled), 0.02*float64(tot.Attempts), "throttled attempts ≤ 2 %% of the sends")
-				require.LessOrEqual(t, after, int64(capacity), "no sliding second over the sink's capacity after convergence")
+				require.LessOrEqual(t, after, capacity, "no sliding second over the sink's capacity after convergence")
 			})
 		})
 	}
