@@ -215,11 +215,13 @@ func probeStep(p Pool, st probeState, a account, now time.Time) (float64, probeS
 	lat := a.meanLatency()
 	latencyOnset := st.BaseLatency > 0 && a.answers > 0 &&
 		lat > time.Duration(DefaultLatencyRise*float64(st.BaseLatency)) && lat-st.BaseLatency > latencyFloor
-	if a.throttled > 0 && a.sentRate() < probeBusy*cur && st.Onset > 0 && now.Sub(st.OnsetAt) < src.Every*3/2 {
-		// Throttled in the interval right after an onset, while the
-		// workers were still held back by its throttles: what the sink
-		// accepted is what they offered, not what it can take. The level
-		// is read once more before it is judged.
+	// Throttled while the workers sent less than probeBusy of the level:
+	// their own throttle cuts held them back, so what the sink accepted
+	// is what they offered, a lower bound of its capacity.
+	heldBack := a.throttled > 0 && a.sentRate() < probeBusy*cur
+	if heldBack && st.Onset > 0 && now.Sub(st.OnsetAt) < src.Every*3/2 {
+		// Right after an onset, still held back by its throttles: the
+		// level is read once more before it is judged.
 		return cur, st, "throttled while the workers were held back: read again"
 	}
 	if a.throttled > 0 || latencyOnset {
@@ -229,14 +231,13 @@ func probeStep(p Pool, st probeState, a account, now time.Time) (float64, probeS
 			accepted = min(accepted, cur) // the sink kept up, slower: settle below the level
 		}
 		capacity := min(accepted, level)
-		if st.Onset == 0 && a.throttled > 0 && a.sentRate() < probeBusy*level {
-			// The first onset, with the workers held below the level by
-			// their own throttle cuts: the sink took what they offered,
-			// so its capacity is at least that and, as it throttled,
-			// below the level. Settling at the lower bound read 81-93 %
-			// of a windowed sink's capacity, as the cuts' timing fell;
-			// the middle halves the gap, and a middle above the capacity
-			// is an onset again, judged on what the sink accepted.
+		if heldBack && st.Onset == 0 {
+			// The first onset, read while held back: the capacity is at
+			// least what the sink accepted and, as it throttled, below
+			// the level. Settling at the lower bound read 81-93 % of a
+			// windowed sink's capacity, as the cuts' timing fell; the
+			// middle halves the gap, and a middle above the capacity is
+			// an onset again, judged on what the sink accepted.
 			capacity = (capacity + level) / 2
 		}
 		next := src.clamp((1 - src.Margin) * capacity)

@@ -250,7 +250,8 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 			p.stats.GuardMin = p.allowed
 		}
 	}
-	burst, depth := p.burst(flow), p.depth(flow)
+	burst := p.burst(flow)
+	depth := depth(burst)
 	if p.lim == nil || (p.lim.Limit() == 0 && flow > 0 && len(p.spends) == 0 && p.debt == 0) {
 		// The first rate, or the first after none: the bucket starts full,
 		// so leases just gained are used in this slice. The account still
@@ -534,16 +535,16 @@ func (p *Pacer) gained(open time.Time, r, flow float64) float64 {
 	return (flow - old) * p.slice.Seconds()
 }
 
-// depth is the size of the token bucket at rate r: a slice (burst) and
-// one unit, or 0 when r is 0. A slice spends its budget in whole units, so
+// depth is the size of the token bucket for a slice of burst units: the
+// slice and one unit, or 0 when burst is 0 (no rate). A slice spends its budget in whole units, so
 // the bucket opens the next slice with a slice of tokens plus the fraction
 // the last budget left, which a bucket of one slice would drop: at 700
 // units/s its slices opened with 139 and 140 units in turn (0.36 % under
 // the rate), at 100 units/s with 19 and 20 (2.5 % under). A budget is
 // still at most a slice: the unit waits in the bucket.
-func (p *Pacer) depth(r float64) int {
-	if b := p.burst(r); b > 0 {
-		return b + 1
+func depth(burst int) int {
+	if burst > 0 {
+		return burst + 1
 	}
 	return 0
 }
