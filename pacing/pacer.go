@@ -257,8 +257,7 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 		// so leases just gained are used in this slice. The account still
 		// holds every send to the credit earned since they were gained.
 		// Full is a slice: the bucket's extra unit only carries fractions.
-		p.lim = rate.NewLimiter(rate.Limit(flow), depth)
-		p.lim.ReserveN(open, depth-burst)
+		p.lim = bucket(open, flow, depth, burst)
 	} else {
 		gained := p.gained(open, r, flow)
 		p.lim.SetLimitAt(open, rate.Limit(flow))
@@ -271,9 +270,7 @@ func (p *Pacer) Next(ctx context.Context, want int64) (int64, error) {
 			// the next (a peer's backlog drains at once when a worker
 			// runs dry). The account holds every send to the credit
 			// earned since they were gained.
-			tokens := min(p.lim.TokensAt(open)+gained, float64(burst))
-			p.lim = rate.NewLimiter(rate.Limit(flow), depth)
-			p.lim.ReserveN(open, depth-int(tokens))
+			p.lim = bucket(open, flow, depth, int(min(p.lim.TokensAt(open)+gained, float64(burst))))
 		}
 	}
 	p.prune(now)
@@ -547,6 +544,14 @@ func depth(burst int) int {
 		return burst + 1
 	}
 	return 0
+}
+
+// bucket is a token bucket flowing at flow units/s, of depth units,
+// holding tokens (≤ depth) at open.
+func bucket(open time.Time, flow float64, depth, tokens int) *rate.Limiter {
+	lim := rate.NewLimiter(rate.Limit(flow), depth)
+	lim.ReserveN(open, depth-tokens)
+	return lim
 }
 
 // burst is one slice at rate r in whole units, rounded up so that a rate
