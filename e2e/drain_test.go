@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,11 +50,12 @@ func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
 // accept to the last, the load's edges included) of at least 0.95. The
 // log splits each run's lost time into its head, middle and tail
 // (lostTime) and counts the runs at utilization ≥ 0.98, the edges target
-// (docs/performance.md). Judged by the median run until a worker held its
-// backlog's rate for a slice of time after its last take (a tail of up
-// to 150 ms before, pipeline.TestDemandKeepsABacklogsRateForItsStragglers),
-// the cases measured 0.986-0.996 and 1.040-1.075 slices in the 30 runs of
-// the .ci/run of that change.
+// (docs/performance.md), which the case's median run must meet. Judged by
+// the median run alone until a worker held its backlog's rate for a slice
+// of time after its last take (a tail of up to 150 ms before,
+// pipeline.TestDemandKeepsABacklogsRateForItsStragglers), the cases
+// measured 0.986-0.996 and 1.040-1.075 slices in the 30 runs of the
+// .ci/run of that change.
 type rateRuns struct {
 	capacity                      float64
 	seconds, slices, utilizations []float64
@@ -101,7 +103,10 @@ func (r *rateRuns) add(t *testing.T, st sinkwire.Stats, utilization float64) {
 	require.GreaterOrEqual(t, utilization, targetUtilization)
 }
 
-// log logs every run's figures and how many met the edges target.
+// log logs every run's figures and how many met the edges target, and
+// fails the case when its median run misses that target: a stall of the
+// shared machine can cost one run its edges, a slower build costs them
+// the median.
 func (r *rateRuns) log(t *testing.T) {
 	t.Helper()
 	edged := 0
@@ -110,8 +115,20 @@ func (r *rateRuns) log(t *testing.T) {
 			edged++
 		}
 	}
-	t.Logf("%d runs: busiest second ÷ capacity %.3f, busiest sliding 200 ms ÷ slice %.3f, utilization %.3f, head + tail %.3f s; %d at utilization ≥ %.2f",
-		len(r.slices), r.seconds, r.slices, r.utilizations, r.edges, edged, edgesUtilization)
+	median := medianOf(r.utilizations)
+	t.Logf("%d runs: busiest second ÷ capacity %.3f, busiest sliding 200 ms ÷ slice %.3f, utilization %.3f (median %.3f), head + tail %.3f s; %d at utilization ≥ %.2f",
+		len(r.slices), r.seconds, r.slices, r.utilizations, median, r.edges, edged, edgesUtilization)
+	require.GreaterOrEqual(t, median, edgesUtilization, "the median run's utilization, the edges target")
+}
+
+// medianOf is the median of xs, the mean of the middle two for an even
+// count; 0 for none.
+func medianOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2
 }
 
 // lostTime splits a run's time at the sink beyond its ideal (its units
