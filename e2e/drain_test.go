@@ -50,12 +50,7 @@ func TestBulkLoadDrainedByThreeWorkers(t *testing.T) {
 // accept to the last, the load's edges included) of at least 0.95. The
 // log splits each run's lost time into its head, middle and tail
 // (lostTime) and counts the runs at utilization ≥ 0.98, the edges target
-// (docs/performance.md), which the case's median run must meet. Judged by
-// the median run alone until a worker held its backlog's rate for a slice
-// of time after its last take (a tail of up to 150 ms before,
-// pipeline.TestDemandKeepsABacklogsRateForItsStragglers), the cases
-// measured 0.986-0.996 and 1.040-1.075 slices in the 30 runs of the
-// .ci/run of that change.
+// (docs/performance.md), which the case's median run must meet.
 type rateRuns struct {
 	capacity                      float64
 	seconds, slices, utilizations []float64
@@ -73,17 +68,17 @@ const (
 // SLUICE_E2E_RUNS times (default 10), each a subtest, so that the
 // processes a run started stop before the next starts (kept to the
 // case's end, a tenth run shared the machine with 18 idle ones); it adds
-// each run's sink statistics and utilization and then logs them all.
+// each run's sink statistics and utilization and then judges them all.
 func repeatRuns(t *testing.T, capacity float64, run func(t *testing.T) (sinkwire.Stats, float64)) {
 	t.Helper()
-	judged := rateRuns{capacity: capacity}
+	runs := rateRuns{capacity: capacity}
 	for i := range e2eRuns(t, 10) {
 		t.Run(fmt.Sprintf("run %d", i+1), func(t *testing.T) {
 			st, utilization := run(t)
-			judged.add(t, st, utilization)
+			runs.add(t, st, utilization)
 		})
 	}
-	judged.log(t)
+	runs.judge(t)
 }
 
 // add logs and notes one run's sink statistics and its utilization, and
@@ -103,11 +98,11 @@ func (r *rateRuns) add(t *testing.T, st sinkwire.Stats, utilization float64) {
 	require.GreaterOrEqual(t, utilization, targetUtilization)
 }
 
-// log logs every run's figures and how many met the edges target, and
+// judge logs every run's figures and how many met the edges target, and
 // fails the case when its median run misses that target: a stall of the
 // shared machine can cost one run its edges, a slower build costs them
 // the median.
-func (r *rateRuns) log(t *testing.T) {
+func (r *rateRuns) judge(t *testing.T) {
 	t.Helper()
 	edged := 0
 	for _, u := range r.utilizations {

@@ -547,7 +547,8 @@ func depth(burst int) int {
 }
 
 // bucket is a token bucket flowing at flow units/s, of depth units,
-// holding tokens (≤ depth) at open.
+// holding tokens (0 ≤ tokens ≤ depth) at open. Negative tokens would
+// leave it full: ReserveN refuses more than depth.
 func bucket(open time.Time, flow float64, depth, tokens int) *rate.Limiter {
 	lim := rate.NewLimiter(rate.Limit(flow), depth)
 	lim.ReserveN(open, depth-tokens)
