@@ -22,9 +22,13 @@ import (
 // sink no sliding second holds more than the capacity; no 200 ms after the
 // first second holds more than 1.1 slices of the pool as sent, nor at the
 // sink beyond what the spread of the transit times can bunch together; the
-// load costs only what the latency requires. The floors are the targets: utilization ≥
-// 0.98 for one worker and ≥ 0.95 for several, except one worker on the
-// jittery path, where the model itself caps it: each send stays in the
+// load costs only what the latency requires. The floors are the targets:
+// utilization ≥ 0.98 for one worker and ≥ 0.95 for several, and on the
+// quiet path ≥ 0.98 for any number, the edges target (a job's first and
+// last slices cost at most 2 % of the USGS load; docs/performance.md),
+// which the e2e rate cases measure on real Kafka but a shared machine's
+// stalls keep from being a test there. One worker on the jittery path is
+// the exception, where the model itself caps it: each send stays in the
 // pacer's account until a second after its answer, so a worker sustains at
 // most W ÷ (W + the 90th percentile answer time) of its rate, 0.974 for the
 // 27 ms round trips of that path, before the edges of the load.
@@ -36,7 +40,7 @@ func TestSinkSideSecondHoldsWithSeveralWorkers(t *testing.T) {
 		straggle time.Duration   // one leg in 20 takes up to this much more
 		floors   map[int]float64 // utilization by workers
 	}{
-		{"quiet path", 2 * time.Millisecond, 0, map[int]float64{1: 0.98, 2: 0.95, 3: 0.95}},
+		{"quiet path", 2 * time.Millisecond, 0, map[int]float64{1: 0.98, 2: 0.98, 3: 0.98}},
 		// Up to 14 ms of jitter each way moves a send of each worker across
 		// a 200 ms boundary now and then.
 		{"jittery path", 14 * time.Millisecond, 0, map[int]float64{1: 0.97, 2: 0.95, 3: 0.95}},
