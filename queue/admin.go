@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -13,6 +14,22 @@ import (
 
 // ErrUnknownTopic is returned (wrapped) when a topic does not exist.
 var ErrUnknownTopic = errors.New("queue: unknown topic")
+
+// ErrTopicNotConfigured is returned (wrapped) by a Producer or a shared
+// Admin asked about a topic outside those it was created for: its
+// metadata covers only them.
+var ErrTopicNotConfigured = errors.New("queue: topic not configured")
+
+// inScope returns nil when every topic is one of scope, else an error
+// wrapping ErrTopicNotConfigured that names it.
+func inScope(topics, scope []string) error {
+	for _, t := range topics {
+		if !slices.Contains(scope, t) {
+			return fmt.Errorf("topic %q: %w (this client's topics: %q)", t, ErrTopicNotConfigured, scope)
+		}
+	}
+	return nil
+}
 
 // adminTimeout bounds each admin call whose ctx has no earlier deadline.
 const adminTimeout = 30 * time.Second
@@ -43,15 +60,26 @@ type Admin struct {
 
 // Shared returns a copy of a whose EndOffsets, CommittedOffsets and
 // GroupMembers share one kafka-go transport: one connection per broker,
-// and the topics' partitions from the metadata kafka-go refreshes every
+// and the partitions of topics from the metadata kafka-go refreshes every
 // 6 s. Use it to poll offsets or groups often (a bulk load's progress,
-// every 200 ms); without it each call dials and fetches the metadata of
-// every topic in the cluster. Ping and EnsureTopic keep opening their own
+// every 200 ms). Its calls about any other topic fail, wrapping
+// ErrTopicNotConfigured. Ping and EnsureTopic keep opening their own
 // transport: they must ask the brokers, not a cache. Close the copy when
 // done with it.
-func (a Admin) Shared() Admin {
+func (a Admin) Shared(topics ...string) Admin {
 	a.shared = a.Conn.Transport()
+	a.shared.MetadataTopics = metadataScope(topics)
 	return a
+}
+
+// metadataScope is the MetadataTopics of a transport that uses only
+// topics: never nil, which kafka-go takes for every topic in the cluster
+// (on a cluster of 4,100 partitions, 2.5 MB and 32,000 allocations to
+// decode for each fetch, measured with kafka-go v0.4.51 against Kafka
+// 3.9; 19 KiB and 130 for one topic). An empty scope asks for the brokers
+// alone.
+func metadataScope(topics []string) []string {
+	return append([]string{}, topics...)
 }
 
 // Close closes the connections of an Admin from Shared; a no-op otherwise.
@@ -63,12 +91,13 @@ func (a Admin) Close() {
 
 var _ ingest.Offsets = Admin{}
 
-// Ping asks the brokers for the cluster's metadata: nil when one answers
-// within the admin timeout (readiness). A TLS or SASL failure is a
+// Ping asks the brokers for the cluster's metadata of no topic (the
+// brokers alone): nil when one answers within the admin timeout
+// (readiness). A TLS or SASL failure is a
 // *BrokerError. At start-up, prefer Check, which tries every broker.
 func (a Admin) Ping(ctx context.Context) error {
-	return a.withOwnClient(ctx, func(ctx context.Context, c *kafka.Client) error {
-		_, err := c.Metadata(ctx, &kafka.MetadataRequest{})
+	return a.withOwnClient(ctx, nil, func(ctx context.Context, c *kafka.Client) error {
+		_, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
 		return err
 	})
 }
@@ -76,29 +105,33 @@ func (a Admin) Ping(ctx context.Context) error {
 // Check returns Check(ctx, a.Brokers, a.Conn).
 func (a Admin) Check(ctx context.Context) error { return Check(ctx, a.Brokers, a.Conn) }
 
-// withClient runs fn with a kafka-go client of its own, closing its
-// connections afterwards. Each call is bounded by adminTimeout. A TLS or
-// SASL failure comes back as a *BrokerError.
-func (a Admin) withClient(ctx context.Context, fn func(context.Context, *kafka.Client) error) error {
+// withClient runs fn with a kafka-go client whose metadata covers topics
+// (none: the brokers alone): on a's shared transport, or else on one of
+// the call's own, closed afterwards. Each call is bounded by adminTimeout.
+// A TLS or SASL failure comes back as a *BrokerError.
+func (a Admin) withClient(ctx context.Context, topics []string, fn func(context.Context, *kafka.Client) error) error {
 	if len(a.Brokers) == 0 {
 		return fmt.Errorf("%w: no brokers", ErrInvalidConfig)
 	}
-	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
-	defer cancel()
 	transport := a.shared
 	if transport == nil {
 		transport = a.Conn.Transport()
 		transport.IdleTimeout = callIdleTimeout
+		transport.MetadataTopics = metadataScope(topics)
 		defer transport.CloseIdleConnections()
+	} else if err := inScope(topics, transport.MetadataTopics); err != nil {
+		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
 	return a.Conn.annotate(a.Brokers, fn(ctx, &kafka.Client{Addr: kafka.TCP(a.Brokers...), Transport: transport}))
 }
 
 // withOwnClient is withClient on a transport of the call's own, whether
 // or not a is shared.
-func (a Admin) withOwnClient(ctx context.Context, fn func(context.Context, *kafka.Client) error) error {
+func (a Admin) withOwnClient(ctx context.Context, topics []string, fn func(context.Context, *kafka.Client) error) error {
 	a.shared = nil
-	return a.withClient(ctx, fn)
+	return a.withClient(ctx, topics, fn)
 }
 
 // EnsureTopic returns Admin{Brokers: brokers}.EnsureTopic(ctx, topic, partitions).
@@ -118,7 +151,7 @@ func (a Admin) EnsureTopic(ctx context.Context, topic string, partitions int) er
 	if partitions < 1 {
 		return fmt.Errorf("ensure topic %q: %w: partitions must be ≥ 1 (got %d)", topic, ErrInvalidConfig, partitions)
 	}
-	return a.withOwnClient(ctx, func(ctx context.Context, c *kafka.Client) error {
+	return a.withOwnClient(ctx, []string{topic}, func(ctx context.Context, c *kafka.Client) error {
 		res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 			Topic: topic, NumPartitions: partitions, ReplicationFactor: -1,
 		}}})
@@ -191,7 +224,7 @@ func EndOffsets(ctx context.Context, brokers []string, topic string) (map[int]in
 // It fails, wrapping ErrUnknownTopic, when the topic does not exist.
 func (a Admin) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
 	var out map[int]int64
-	err := a.withClient(ctx, func(ctx context.Context, c *kafka.Client) (err error) {
+	err := a.withClient(ctx, []string{topic}, func(ctx context.Context, c *kafka.Client) (err error) {
 		out, err = endOffsets(ctx, c, topic)
 		return err
 	})
@@ -238,7 +271,7 @@ func (a Admin) CommittedOffsets(ctx context.Context, group, topic string) (map[i
 		return nil, fmt.Errorf("%w: no consumer group", ErrInvalidConfig)
 	}
 	var out map[int]int64
-	err := a.withClient(ctx, func(ctx context.Context, c *kafka.Client) error {
+	err := a.withClient(ctx, []string{topic}, func(ctx context.Context, c *kafka.Client) error {
 		ids, err := partitionsOf(ctx, c, topic)
 		if err != nil {
 			return err
@@ -279,7 +312,7 @@ func GroupMembers(ctx context.Context, brokers []string, group string) (members 
 // is stable (every member has its assignment; not rebalancing). A group
 // that does not exist yet has 0 members.
 func (a Admin) GroupMembers(ctx context.Context, group string) (members int, stable bool, err error) {
-	err = a.withClient(ctx, func(ctx context.Context, c *kafka.Client) error {
+	err = a.withClient(ctx, nil, func(ctx context.Context, c *kafka.Client) error {
 		res, err := c.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
 		if err != nil {
 			return fmt.Errorf("describe group %q: %w", group, err)

@@ -7,7 +7,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/ingest"
 )
 
 func TestEnsureTopicIsIdempotent(t *testing.T) {
@@ -75,8 +78,8 @@ func TestSharedAdminPollsOnOneConnection(t *testing.T) {
 		}
 	}
 
-	bootstrap, dials := countingForwarder(t, testBrokers[0])
-	shared := Admin{Brokers: []string{bootstrap}}.Shared()
+	bootstrap, dials, _ := countingForwarder(t, testBrokers[0])
+	shared := Admin{Brokers: []string{bootstrap}}.Shared(topic)
 	poll(shared)
 	// kafka-go's own metadata refresh may overlap a call and open a
 	// second control connection; never one a call.
@@ -86,18 +89,72 @@ func TestSharedAdminPollsOnOneConnection(t *testing.T) {
 	require.Greater(t, dials.Load(), polled, "Ping asks the brokers on a connection of its own")
 	shared.Close()
 
-	bootstrap, dials = countingForwarder(t, testBrokers[0])
+	bootstrap, dials, _ = countingForwarder(t, testBrokers[0])
 	poll(Admin{Brokers: []string{bootstrap}})
 	require.GreaterOrEqual(t, dials.Load(), int64(60), "a plain Admin dials at least once a call")
+
+	_, err := shared.EndOffsets(ctx, "other-"+topic)
+	require.ErrorIs(t, err, ErrTopicNotConfigured, "a shared Admin knows only its topics")
+}
+
+// Every client of the package fetches the metadata of the topics it uses,
+// not that of every topic in the cluster (kafka-go's default, megabytes a
+// refresh on a cluster of thousands of partitions): beside 40 other
+// topics, an Admin's calls, a Producer's writes and Ping read from the
+// broker less than a third of what a kafka-go client fetching every
+// topic's metadata reads for one call.
+func TestClientsFetchOnlyTheirTopicsMetadata(t *testing.T) {
+	t.Parallel()
+	topic := newTopic(t, 2)
+	for range 20 {
+		newTopic(t, 1) // 40 topics with the dead-letter ones
+	}
+	ctx := testContext(t)
+
+	bootstrap, _, read := countingForwarder(t, testBrokers[0])
+	every := &kafka.Transport{IdleTimeout: callIdleTimeout} // MetadataTopics nil: every topic
+	defer every.CloseIdleConnections()
+	all := &kafka.Client{Addr: kafka.TCP(bootstrap), Transport: every}
+	_, err := all.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	require.NoError(t, err)
+	everyTopic := read.Load()
+
+	scoped := func(name string, call func(addr string) error) {
+		addr, _, read := countingForwarder(t, testBrokers[0])
+		require.NoError(t, call(addr), name)
+		t.Logf("%s read %d bytes; a client of every topic's metadata %d", name, read.Load(), everyTopic)
+		require.Less(t, 3*read.Load(), everyTopic, "%s fetched the metadata of other topics", name)
+	}
+	scoped("EndOffsets", func(addr string) error {
+		_, err := Admin{Brokers: []string{addr}}.EndOffsets(ctx, topic)
+		return err
+	})
+	scoped("GroupMembers", func(addr string) error {
+		_, _, err := Admin{Brokers: []string{addr}}.GroupMembers(ctx, "g-"+topic)
+		return err
+	})
+	scoped("Ping", func(addr string) error { return Admin{Brokers: []string{addr}}.Ping(ctx) })
+	scoped("Produce", func(addr string) error {
+		p, err := NewProducer(ProducerConfig{Brokers: []string{addr}, Topics: []string{topic}})
+		require.NoError(t, err)
+		defer p.Close()
+		return p.Produce(ctx, topic, []ingest.Record{{ID: "a", Value: []byte(`{"id":"a"}`)}})
+	})
+
+	p, err := NewProducer(ProducerConfig{Brokers: testBrokers, Topics: []string{topic}})
+	require.NoError(t, err)
+	defer p.Close()
+	err = p.Produce(ctx, DeadLetterTopic(topic), []ingest.Record{{ID: "a", Value: []byte(`{}`)}})
+	require.ErrorIs(t, err, ErrTopicNotConfigured, "a write outside the producer's topics fails at once")
 }
 
 // countingForwarder listens on 127.0.0.1, forwards each connection to
-// target, and counts the connections.
-func countingForwarder(t *testing.T, target string) (addr string, dials *atomic.Int64) {
+// target, and counts the connections and the bytes read from target.
+func countingForwarder(t *testing.T, target string) (addr string, dials, read *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	dials = new(atomic.Int64)
+	dials, read = new(atomic.Int64), new(atomic.Int64)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var open []net.Conn
@@ -126,8 +183,20 @@ func countingForwarder(t *testing.T, target string) (addr string, dials *atomic.
 			open = append(open, in, out)
 			mu.Unlock()
 			wg.Go(func() { _, _ = io.Copy(out, in); out.Close() })
-			wg.Go(func() { _, _ = io.Copy(in, out); in.Close() })
+			wg.Go(func() { _, _ = io.Copy(countingWriter{in, read}, out); in.Close() })
 		}
 	})
-	return ln.Addr().String(), dials
+	return ln.Addr().String(), dials, read
+}
+
+// countingWriter adds the bytes it writes to w to n.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	k, err := c.w.Write(b)
+	c.n.Add(int64(k))
+	return k, err
 }

@@ -120,8 +120,8 @@ func (p *Producer) asyncWriter() *kafka.Writer {
 // for metadata, a record larger than BatchBytes) means nothing was queued
 // and done is not called. Messages are built as Produce builds them.
 func (p *Producer) ProduceAsync(ctx context.Context, topic string, recs []ingest.Record, done func(errs []error)) error {
-	if topic == "" {
-		return fmt.Errorf("produce: %w", ErrNoTopic)
+	if err := p.writes(topic); err != nil {
+		return err
 	}
 	if len(recs) == 0 {
 		done(nil)

@@ -69,6 +69,14 @@ type ProducerConfig struct {
 	// keep, so that every consumer of the group gets the same share and
 	// they finish together. Default false (by key).
 	RoundRobin bool
+	// Topics are the topics the producer writes to: the cluster metadata
+	// it fetches at its first write and refreshes every 6 s is only
+	// theirs, and a write to any other topic fails at once, wrapping
+	// ErrTopicNotConfigured. Default none: the metadata of every topic in
+	// the cluster, megabytes a refresh on a cluster of thousands of
+	// partitions (see metadataScope). Required of every producer sluice
+	// itself opens; optional for one whose topics are not known up front.
+	Topics []string
 	// Logger receives the writer's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -107,6 +115,7 @@ func (cfg *ProducerConfig) fill() error {
 type Producer struct {
 	w         *kafka.Writer
 	transport *kafka.Transport
+	topics    []string // nil: any topic
 	brokers   []string
 	conn      Conn
 	maxBytes  int64
@@ -128,6 +137,9 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 		return nil, err
 	}
 	transport := cfg.Conn.Transport()
+	if len(cfg.Topics) > 0 {
+		transport.MetadataTopics = metadataScope(cfg.Topics)
+	}
 	var balancer kafka.Balancer = kafka.Murmur2Balancer{}
 	if cfg.RoundRobin {
 		balancer = &kafka.RoundRobin{}
@@ -155,6 +167,7 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	}
 	return &Producer{
 		transport:    transport,
+		topics:       transport.MetadataTopics,
 		brokers:      cfg.Brokers,
 		conn:         cfg.Conn,
 		maxBytes:     cfg.BatchBytes,
@@ -172,8 +185,8 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 // records may have been written (producing again is safe: the sink dedupes
 // by ID).
 func (p *Producer) Produce(ctx context.Context, topic string, recs []ingest.Record) error {
-	if topic == "" {
-		return fmt.Errorf("produce: %w", ErrNoTopic)
+	if err := p.writes(topic); err != nil {
+		return err
 	}
 	if len(recs) == 0 {
 		return nil
@@ -184,6 +197,21 @@ func (p *Producer) Produce(ctx context.Context, topic string, recs []ingest.Reco
 	}
 	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
 		return fmt.Errorf("produce %d records to topic %q: %w", len(recs), topic, p.conn.annotate(p.brokers, err))
+	}
+	return nil
+}
+
+// writes returns nil when the producer may write to topic, else an error
+// wrapping ErrNoTopic or ErrTopicNotConfigured.
+func (p *Producer) writes(topic string) error {
+	if topic == "" {
+		return fmt.Errorf("produce: %w", ErrNoTopic)
+	}
+	if p.topics == nil {
+		return nil
+	}
+	if err := inScope([]string{topic}, p.topics); err != nil {
+		return fmt.Errorf("produce: %w", err)
 	}
 	return nil
 }
@@ -281,7 +309,8 @@ var _ ingest.DeadLetters = (*DeadLetterWriter)(nil)
 func DeadLetterTopic(topic string) string { return topic + ".dlq" }
 
 // NewDeadLetterWriter validates cfg and creates the writer; it connects
-// lazily. The dead-letter topics must exist (EnsureTopic).
+// lazily. cfg.Topics are the dead-letter topics it writes to. The
+// dead-letter topics must exist (EnsureTopic).
 func NewDeadLetterWriter(cfg ProducerConfig) (*DeadLetterWriter, error) {
 	p, err := NewProducer(cfg)
 	if err != nil {
@@ -296,13 +325,18 @@ func NewDeadLetterWriter(cfg ProducerConfig) (*DeadLetterWriter, error) {
 // Fits) is stored with its value cut to fit and the header
 // "sluice-truncated" giving its full size in bytes; the reason says where
 // the whole record is (a file:line, say). It fails (wrapping ErrNoTopic)
-// when a record's Pos.Topic is empty, before writing anything.
+// when a record's Pos.Topic is empty, or ErrTopicNotConfigured when its
+// dead-letter topic is not one of the writer's Topics, before writing
+// anything.
 func (d *DeadLetterWriter) DeadLetter(ctx context.Context, letters ...ingest.DeadLetter) error {
 	msgs := make([]kafka.Message, len(letters))
 	for i, l := range letters {
 		rec := l.Record
 		if rec.Pos.Topic == "" {
 			return fmt.Errorf("dead-letter record %q: %w", rec.ID, ErrNoTopic)
+		}
+		if err := d.p.writes(DeadLetterTopic(rec.Pos.Topic)); err != nil {
+			return fmt.Errorf("dead-letter record %q: %w", rec.ID, err)
 		}
 		headers := []kafka.Header{{Key: HeaderReason, Value: []byte(l.Reason)}}
 		if rec.Pos.Offset >= 0 {

@@ -161,7 +161,11 @@ func Start(ctx context.Context, s Setup) (_ *Process, err error) {
 		}
 		p.Jobs = append(p.Jobs, job)
 	}
-	if p.letters, err = queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: first.Brokers, Conn: first.Kafka, Logger: p.log}); err != nil {
+	letters := make([]string, len(p.Jobs))
+	for i, job := range p.Jobs {
+		letters[i] = queue.DeadLetterTopic(job.Config.Topic)
+	}
+	if p.letters, err = queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: first.Brokers, Conn: first.Kafka, Topics: letters, Logger: p.log}); err != nil {
 		return nil, err
 	}
 	p.DeadLetters = p.letters

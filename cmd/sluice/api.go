@@ -90,12 +90,14 @@ func apiCommand() *cli.Command {
 				return err
 			}
 			admin := queue.Admin{Brokers: brokers, Conn: conn}
+			var topics []string
 			for _, t := range types {
 				if err := admin.EnsureTopics(c.Context, t.Topic, c.Int("topic-partitions")); err != nil {
 					return err
 				}
+				topics = append(topics, t.Topic)
 			}
-			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, Logger: log})
+			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, Topics: topics, Logger: log})
 			if err != nil {
 				return err
 			}

@@ -147,9 +147,9 @@ func bulkLoad(c *cli.Context) error {
 	defer proc.Close()
 	// The load polls offsets and the group every 200 ms: one transport
 	// for all of it.
-	admin := proc.Admin.Shared()
+	admin := proc.Admin.Shared(s.worker.Topic)
 	defer admin.Close()
-	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: s.worker.Brokers, Conn: s.worker.Kafka, RoundRobin: true, Compression: c.String("kafka-compression"), Logger: s.log})
+	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: s.worker.Brokers, Conn: s.worker.Kafka, Topics: []string{s.worker.Topic}, RoundRobin: true, Compression: c.String("kafka-compression"), Logger: s.log})
 	if err != nil {
 		return usageError(fmt.Errorf("--kafka-compression: %w", err))
 	}
@@ -531,12 +531,12 @@ func produceCommand() *cli.Command {
 			if err := (queue.Admin{Brokers: brokers, Conn: conn}).EnsureTopics(c.Context, topic, c.Int("topic-partitions")); err != nil {
 				return err
 			}
-			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, Compression: c.String("kafka-compression"), Logger: log})
+			producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: brokers, Conn: conn, Topics: []string{topic}, Compression: c.String("kafka-compression"), Logger: log})
 			if err != nil {
 				return usageError(fmt.Errorf("--kafka-compression: %w", err))
 			}
 			defer producer.Close()
-			dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers, Conn: conn, Logger: log})
+			dlq, err := queue.NewDeadLetterWriter(queue.ProducerConfig{Brokers: brokers, Conn: conn, Topics: []string{queue.DeadLetterTopic(topic)}, Logger: log})
 			if err != nil {
 				return err
 			}

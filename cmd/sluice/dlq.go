@@ -123,7 +123,7 @@ func dlqReplay(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "would replay %d dead letters to %s\n", len(picked), topic)
 		return nil
 	}
-	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: admin.Brokers, Conn: admin.Conn, Logger: log})
+	producer, err := queue.NewProducer(queue.ProducerConfig{Brokers: admin.Brokers, Conn: admin.Conn, Topics: []string{topic}, Logger: log})
 	if err != nil {
 		return err
 	}
