@@ -114,8 +114,7 @@ func (cfg *ProducerConfig) fill() error {
 // ProducerConfig.RoundRobin). It implements ingest.Producer.
 type Producer struct {
 	w         *kafka.Writer
-	transport *kafka.Transport
-	topics    []string // nil: any topic
+	transport *kafka.Transport // MetadataTopics nil: any topic
 	brokers   []string
 	conn      Conn
 	maxBytes  int64
@@ -167,7 +166,6 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	}
 	return &Producer{
 		transport:    transport,
-		topics:       transport.MetadataTopics,
 		brokers:      cfg.Brokers,
 		conn:         cfg.Conn,
 		maxBytes:     cfg.BatchBytes,
@@ -207,10 +205,10 @@ func (p *Producer) writes(topic string) error {
 	if topic == "" {
 		return fmt.Errorf("produce: %w", ErrNoTopic)
 	}
-	if p.topics == nil {
+	if p.transport.MetadataTopics == nil {
 		return nil
 	}
-	if err := inScope([]string{topic}, p.topics); err != nil {
+	if err := inScope([]string{topic}, p.transport.MetadataTopics); err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
 	return nil

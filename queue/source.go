@@ -174,7 +174,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	transport.ClientID = clientID
 	// The client only describes the group: the topic's metadata is all it
 	// needs, not that of every topic in the cluster every 6 s.
-	transport.MetadataTopics = []string{cfg.Topic}
+	transport.MetadataTopics = metadataScope([]string{cfg.Topic})
 	rc := kafka.ReaderConfig{
 		Brokers:           cfg.Brokers,
 		GroupID:           cfg.Group,
