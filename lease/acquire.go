@@ -3,7 +3,7 @@ package lease
 import (
 	"cmp"
 	"context"
-	"errors"
+	"fmt"
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
@@ -55,81 +55,139 @@ func (m *Manager) reclaim(ctx context.Context) {
 	}
 }
 
-// acquire tries to lock up to n partitions this worker does not hold,
-// those that look free first, in random order, n at a time (at most
-// maxParallelLocks), one try each,
-// at most 2n tries in all (when many peers race for the few free
-// partitions, most tries fail; the next attempt comes with the next
-// release), and returns how many it got and, when none looked free, the
-// instant the first lease of a worker that is no longer a member expires
-// (zero if there is none).
+// lockScript takes, in the order of KEYS, up to ARGV[1] of the leases
+// KEYS[i] (i ≤ n, KEYS holding n candidate leases and then their n
+// hand-over keys) that no one holds, each with the value ARGV[3] and a PX
+// of ARGV[2] ms, as redsync's lock does for one (SET NX PX: the script is
+// atomic, so a key the MGET finds free is set plainly). For each lease it
+// takes it answers i and the PTTL of its hand-over key, read in the same
+// atomic step, so that the key speaks only of the last release before the
+// lock. One call locks a worker's whole share on one Redis in one round
+// trip, for about 2 + 2k commands as the server counts them when it takes
+// k leases (the call, an MGET per 500 candidates, a SET and a PTTL per
+// lease), where redsync's lock takes a round trip and a command per lease
+// and the hand-over reads as many again.
+var lockScript = newScript(`
+local n = #KEYS / 2
+local want = tonumber(ARGV[1])
+local out = {}
+for i = 1, n, 500 do
+  local vs = redis.call('MGET', unpack(KEYS, i, math.min(i + 499, n)))
+  for j, v in ipairs(vs) do
+    if #out >= 2 * want then
+      return out
+    end
+    local k = i + j - 1
+    if not v then
+      redis.call('SET', KEYS[k], ARGV[3], 'PX', ARGV[2])
+      out[#out + 1] = k
+      out[#out + 1] = redis.call('PTTL', KEYS[n + k])
+    end
+  end
+end
+return out`)
+
+// acquire tries to lock up to n partitions this worker does not hold, its
+// own first (see candidates), with one lockScript call per Redis, and
+// returns how many it got and, when it got none, the instant the first
+// lease of a worker that is no longer a member expires (zero if there is
+// none). A lease is this worker's when a quorum of the Redis clients
+// (len/2 + 1) locked it; it counts from its lock, or from the instant its
+// hand-over key gives when every Redis has one (see Config.HandOver),
+// until the call's start + TTL − 1 % of the TTL (as redsync computes a
+// lock's validity) − Margin. Locks short of a quorum or already too late
+// to count are unlocked, and after a failed call every lock of the attempt
+// is, as redsync does for a failed lock.
 func (m *Manager) acquire(ctx context.Context, n int) (int, time.Time) {
-	want := n
-	cands, orphanExpiry := m.candidates(ctx)
-	if len(cands) > 2*n {
-		cands = cands[:2*n]
+	cands := m.candidates()
+	if len(cands) == 0 || n <= 0 {
+		return 0, time.Time{}
 	}
-	for n > 0 && len(cands) > 0 && ctx.Err() == nil {
-		batch := cands[:min(n, len(cands), maxParallelLocks)]
-		cands = cands[len(batch):]
-		got := make([]*held, len(batch))
-		var wg sync.WaitGroup
-		for i, p := range batch {
-			wg.Go(func() { got[i] = m.tryLock(ctx, p) })
-		}
-		wg.Wait()
-		for _, h := range got {
-			if h != nil {
-				n--
-			}
-		}
+	keys := make([]string, 2*len(cands))
+	for i, p := range cands {
+		keys[i], keys[len(cands)+i] = m.keys.partition(p), m.keys.handOver(p)
 	}
-	return want - n, orphanExpiry
-}
-
-// maxParallelLocks bounds the locks one attempt tries at once: each runs on
-// a connection of its own, and every connection the client opens costs the
-// server a HELLO (bench scenario 10b, 3 workers on 20 partitions: 31
-// HELLOs unbounded, 14 with the bound, of about 590 commands in all).
-const maxParallelLocks = 4
-
-// tryLock makes one attempt at partition p and, on success, starts counting
-// it.
-func (m *Manager) tryLock(ctx context.Context, p int) *held {
-	mu := m.rs.NewMutex(m.keys.partition(p),
-		redsync.WithExpiry(m.cfg.Pool.TTL),
-		redsync.WithTries(1),
-		redsync.WithGenValueFunc(m.lockValue),
+	value := m.cfg.WorkerID + "/" + randomHex(16)
+	// Per candidate: how many Redis locked it, how many of those had its
+	// hand-over key, and the latest instant they give.
+	type lock struct {
+		votes, handed int
+		since         time.Time
+	}
+	var (
+		mu    sync.Mutex
+		locks = make([]lock, len(cands))
 	)
 	start := time.Now()
-	if err := mu.TryLockContext(ctx); err != nil {
-		m.events.failed.Add(1)
-		if re := (*redsync.RedisError)(nil); errors.As(err, &re) && ctx.Err() == nil {
-			m.logErr("lease_acquire", "lease acquire failed", err, "partition", p)
+	answered := m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
+		res, err := lockScript.Run(ctx, c, keys, n, m.cfg.Pool.TTL.Milliseconds(), value).Int64Slice()
+		at := time.Now()
+		if err == nil && len(res)%2 != 0 {
+			err = fmt.Errorf("lease: lock answered %d values, not index and hand-over pairs", len(res))
+		}
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for j := 0; j < len(res); j += 2 {
+			i, ttl := int(res[j])-1, time.Duration(res[j+1])*time.Millisecond
+			if i < 0 || i >= len(cands) {
+				continue
+			}
+			l := &locks[i]
+			l.votes++
+			if ttl > 0 {
+				l.handed++
+				// Read as the key's remaining life against this worker's
+				// clock after the answer, which only makes it later.
+				if s := at.Add(ttl - m.handOverKeep() + handOverSlack); s.After(l.since) {
+					l.since = s
+				}
+			}
 		}
 		return nil
-	}
-	since, handed := m.handedSince(ctx, p)
-	h := &held{partition: p, mutex: mu, renewedAt: start}
+	}, "lease_acquire", "lease acquire failed")
+
+	until := start.Add(m.cfg.Pool.TTL - m.cfg.Pool.TTL/100)
+	quorum := len(m.clients)/2 + 1
+	var got, undo []*held
+	failed := len(m.clients) - answered
 	m.mu.Lock()
 	now := time.Now()
-	from := now
-	if handed {
-		from = minTime(since, now)
-	}
-	h.count = span{from: from, to: m.countEnd(p, mu.Until().Add(-m.cfg.Margin), now)}
-	ok := now.Before(h.count.to)
-	if ok {
+	for i, l := range locks {
+		if l.votes == 0 && answered == len(m.clients) {
+			continue
+		}
+		p := cands[i]
+		h := &held{partition: p, renewedAt: start, mutex: m.rs.NewMutex(keys[i],
+			redsync.WithExpiry(m.cfg.Pool.TTL), redsync.WithValue(value))}
+		from := now
+		if l.handed == len(m.clients) {
+			from = minTime(l.since, now)
+		}
+		h.count = span{from: from, to: m.countEnd(p, until.Add(-m.cfg.Margin), now)}
+		if l.votes < quorum || !now.Before(h.count.to) {
+			undo = append(undo, h)
+			if l.votes > 0 {
+				failed++ // locked somewhere, but not a lease
+			}
+			continue
+		}
 		m.held[p] = h
+		got = append(got, h)
 	}
 	m.mu.Unlock()
-	if !ok { // too slow to be worth anything
-		m.unlock(ctx, []*held{h}, time.Time{})
-		return nil
+	m.events.acquired.Add(int64(len(got)))
+	for _, h := range got {
+		m.log.Debug("lease acquired", "partition", h.partition)
 	}
-	m.events.acquired.Add(1)
-	m.log.Debug("lease acquired", "partition", p)
-	return h
+	m.events.failed.Add(int64(failed))
+	m.unlock(ctx, undo, time.Time{})
+	if len(got) > 0 || ctx.Err() != nil {
+		return len(got), time.Time{}
+	}
+	return 0, m.orphanExpiry(ctx, keys[:len(cands)])
 }
 
 // handOverSlack is how much later than a hand-over key says a taker
@@ -158,46 +216,9 @@ func (m *Manager) handOverSince(now, stopped time.Time, n int) time.Time {
 	return time.Time{}
 }
 
-// handedSince reads partition p's hand-over key, just locked, on every
-// Redis, and returns since when the worker may count p: the latest any of
-// them gives, read as the key's remaining life against the worker's own
-// clock after the answer, which only makes it later. ok is false when any
-// of them has none or cannot be read: the caller counts from its lock.
-func (m *Manager) handedSince(ctx context.Context, p int) (since time.Time, ok bool) {
-	var (
-		mu     sync.Mutex
-		absent bool
-	)
-	read := m.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) error {
-		ttl, err := c.PTTL(ctx, m.keys.handOver(p)).Result()
-		at := time.Now()
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if ttl <= 0 {
-			absent = true
-		} else if s := at.Add(ttl - m.handOverKeep() + handOverSlack); s.After(since) {
-			since = s
-		}
-		return nil
-	}, "lease_handover", "reading a partition's hand-over failed; it counts from its lock")
-	return since, !absent && read == len(m.clients)
-}
-
-func (m *Manager) lockValue() (string, error) {
-	return m.cfg.WorkerID + "/" + randomHex(16), nil
-}
-
-// candidates returns the partitions not held, shuffled, those that look
-// free in the first Redis first; those that look taken are left out unless
-// the lookup failed. When none looks free and some are held by workers
-// that are no longer members (a crashed worker's leases, which free
-// themselves only when their keys expire, with no release to announce
-// it), it also returns the instant the first of them expires, read with
-// a PTTL each (at most maxExpiryReads) in one round trip.
-func (m *Manager) candidates(ctx context.Context) ([]int, time.Time) {
+// candidates returns the partitions not held, shuffled, this worker's own
+// first.
+func (m *Manager) candidates() []int {
 	m.mu.Lock()
 	var all []int
 	for p := range m.sched.partitions(time.Now()) {
@@ -220,12 +241,17 @@ func (m *Manager) candidates(ctx context.Context) ([]int, time.Time) {
 		}
 		slices.SortStableFunc(all, func(a, b int) int { return cmp.Compare(own(a), own(b)) })
 	}
-	names := make([]string, len(all))
-	for i, p := range all {
-		names[i] = m.keys.partition(p)
-	}
-	if len(names) == 0 {
-		return nil, time.Time{}
+	return all
+}
+
+// orphanExpiry returns, when none of the partition keys names looks free in the first Redis and some are held by workers that
+// are no longer members (a crashed worker's leases, which free themselves
+// only when their keys expire, with no release to announce it), the
+// instant the first of them expires, read with a PTTL each (at most
+// maxExpiryReads) in one round trip; zero otherwise.
+func (m *Manager) orphanExpiry(ctx context.Context, names []string) time.Time {
+	if m.peers == nil {
+		return time.Time{}
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.opTimeout)
 	defer cancel()
@@ -234,24 +260,22 @@ func (m *Manager) candidates(ctx context.Context) ([]int, time.Time) {
 		if ctx.Err() == nil {
 			m.logErr("lease_lookup", "partition lookup failed", err)
 		}
-		return all, time.Time{}
+		return time.Time{}
 	}
-	free := all[:0]
 	var orphans []string
-	for i, p := range all {
-		value, taken := vals[i].(string)
+	for i, v := range vals {
+		value, taken := v.(string)
 		if !taken {
-			free = append(free, p)
-			continue
+			return time.Time{}
 		}
-		if _, live := m.peers[holderOf(value)]; m.peers != nil && !live {
+		if _, live := m.peers[holderOf(value)]; !live {
 			orphans = append(orphans, names[i])
 		}
 	}
-	if len(free) > 0 || len(orphans) == 0 {
-		return free, time.Time{}
+	if len(orphans) == 0 {
+		return time.Time{}
 	}
-	return free, m.firstExpiry(cctx, orphans[:min(len(orphans), maxExpiryReads)])
+	return m.firstExpiry(cctx, orphans[:min(len(orphans), maxExpiryReads)])
 }
 
 // maxExpiryReads bounds the PTTLs of one attempt: a crowd of workers that

@@ -230,7 +230,7 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// holderOf returns the worker ID in a lock value made by lockValue.
+// holderOf returns the worker ID in a lock value ("<worker ID>/<random>").
 func holderOf(value string) string {
 	if i := strings.LastIndexByte(value, '/'); i >= 0 {
 		return value[:i]

@@ -141,10 +141,14 @@
 //
 // # Leases and renewal
 //
-// Each partition is one redsync mutex taken with a single try
-// (redsync.WithTries(1)) on partitions this worker does not hold, those
-// that look free first, its own (see Fair share) before the others, in
-// random order, several at a time when the worker is below its share.
+// Each partition is one redsync mutex (its key set with NX and PX, its
+// value "<worker ID>/<random>"). A worker below its share takes the
+// partitions it lacks with one script call per Redis, on partitions it
+// does not hold, its own (see Fair share) before the others, in random
+// order: the script sets the free ones, up to the number it lacks, and
+// reads each one's hand-over key in the same atomic step, so a worker's
+// whole share is locked in one round trip where a redsync lock and a
+// hand-over read for each would take two per partition.
 // Several Redis clients passed to New are independent masters; a lock,
 // extend or unlock then needs a quorum of len/2+1. Each
 // lease is extended RenewEvery (default TTL/3) after its last lock or

@@ -118,7 +118,7 @@ type EventCounts struct {
 	Renewed  int64 // successful extends
 	Lost     int64 // leases dropped because an extend failed or came too late
 	Released int64 // leases given back (lower demand, shutdown)
-	Failed   int64 // acquire attempts that did not get the partition
+	Failed   int64 // lock calls to a Redis that failed, and locks that did not become leases (short of a quorum, or too late to count)
 }
 
 // Events returns the lease event counts so far.

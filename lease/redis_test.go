@@ -2,10 +2,12 @@ package lease
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -624,5 +626,148 @@ func TestTakerCountsFromTheHandOver(t *testing.T) {
 			require.LessOrEqual(t, got, want)
 			require.Greater(t, got, want-400*0.01, "counted from within 10 ms of the instant")
 		})
+	}
+}
+
+// The lock script takes, in the order given, only leases no one holds,
+// stops at the number asked, and answers each one's index with its
+// hand-over key's PTTL read in the same step; a peer's leases and the
+// free ones past the number asked are left alone.
+func TestLockScriptTakesOnlyFreeLeases(t *testing.T) {
+	t.Parallel()
+	pool := Pool{Name: "lock", Capacity: 1000, Partitions: 1203}
+	c, prefix := poolOnRedis(t, pool)
+	ctx := t.Context()
+	k := keysFor(prefix, pool.Name)
+	n := pool.Partitions
+	keys := make([]string, 2*n)
+	taken := func(i int) bool { return i%3 == 2 }
+	handed := func(i int) bool { return i%5 == 0 }
+	for i := range n {
+		keys[i], keys[n+i] = k.partition(i), k.handOver(i)
+		if taken(i) {
+			require.NoError(t, c.Set(ctx, keys[i], "w2/peer", time.Minute).Err())
+		}
+		if handed(i) {
+			require.NoError(t, c.Set(ctx, keys[n+i], "1", time.Minute).Err())
+		}
+	}
+	const want = 500
+	res, err := lockScript.Run(ctx, c, keys, want, time.Minute.Milliseconds(), "w1/token").Int64Slice()
+	require.NoError(t, err)
+	require.Len(t, res, 2*want, "an index and a hand-over PTTL per lease taken")
+	var free []int
+	for i := range n {
+		if !taken(i) {
+			free = append(free, i)
+		}
+	}
+	for j, i := range free[:want] {
+		require.EqualValues(t, i+1, res[2*j], "lease %d is the %d-th free one", i, j+1)
+		if handed(i) {
+			require.Greater(t, res[2*j+1], int64(50_000), "lease %d's hand-over key's PTTL", i)
+		} else {
+			require.EqualValues(t, -2, res[2*j+1], "lease %d has no hand-over key", i)
+		}
+		v, err := c.Get(ctx, keys[i]).Result()
+		require.NoError(t, err)
+		require.Equal(t, "w1/token", v, "lease %d taken", i)
+		ttl := c.PTTL(ctx, keys[i]).Val()
+		require.Greater(t, ttl, 50*time.Second, "lease %d locked for a minute", i)
+		require.LessOrEqual(t, ttl, time.Minute, "lease %d locked for a minute", i)
+	}
+	for _, i := range free[want:] {
+		require.Zero(t, c.Exists(ctx, keys[i]).Val(), "lease %d, past the number asked, is left free", i)
+	}
+	for i := range n {
+		if taken(i) {
+			require.Equal(t, "w2/peer", c.Get(ctx, keys[i]).Val(), "the peer's lease %d stays", i)
+		}
+	}
+}
+
+// lockCalls counts the lock script's calls through one client.
+type lockCalls struct{ n atomic.Int32 }
+
+func (h *lockCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lockCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 {
+			body, _ := a[1].(string)
+			if a[0] == "evalsha" && body == lockScript.lua.Hash() || a[0] == "eval" && fmt.Sprintf("%x", sha1.Sum([]byte(body))) == lockScript.lua.Hash() {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *lockCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// mastersWithLockCalls returns clients of three independent masters (the
+// databases 1 to 3 of addr), each counting its lock calls.
+func mastersWithLockCalls(t *testing.T, addr string) ([]redis.UniversalClient, []*lockCalls) {
+	var (
+		clients []redis.UniversalClient
+		calls   []*lockCalls
+	)
+	for db := 1; db <= 3; db++ {
+		cl := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+		t.Cleanup(func() { _ = cl.Close() })
+		h := &lockCalls{}
+		cl.AddHook(h)
+		clients, calls = append(clients, cl), append(calls, h)
+	}
+	return clients, calls
+}
+
+// A worker takes its whole share with one lock call per Redis: alone on a
+// backlog over three masters, it takes all 24 partitions of a pool with
+// one call to each.
+func TestLockTakesTheShareInOneCallPerRedis(t *testing.T) {
+	t.Parallel()
+	clients, calls := mastersWithLockCalls(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "share", Capacity: 2400, Partitions: 24}
+	for _, c := range clients {
+		mustEnsurePool(t, c, prefix, pool)
+	}
+	m := start(t, testConfig(prefix, "w1", pool), clients...)
+	m.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m.Rate(time.Now()) == 2400 }, "w1 holds the pool")
+	for i, h := range calls {
+		require.Equal(t, int32(1), h.n.Load(), "master %d: lock calls for 24 partitions", i+1)
+	}
+	require.EqualValues(t, 24, m.Events().Acquired)
+	require.Zero(t, m.Events().Failed)
+}
+
+// A lock short of a quorum is no lease: over three masters, on two of
+// which a peer holds partition 0, the worker takes the other 23 of 24
+// partitions, counts none of partition 0, and deletes its lock of
+// partition 0 from the master that granted it.
+func TestLockShortOfAQuorumIsUndone(t *testing.T) {
+	t.Parallel()
+	clients, _ := mastersWithLockCalls(t, realRedis(t))
+	prefix := uniquePrefix(t)
+	pool := Pool{Name: "undo", Capacity: 2400, Partitions: 24, TTL: 15 * time.Second} // outlives the test
+	k := keysFor(prefix, pool.Name)
+	for i, c := range clients {
+		mustEnsurePool(t, c, prefix, pool)
+		if i > 0 {
+			require.NoError(t, c.Set(t.Context(), k.partition(0), "w2/peer", time.Minute).Err())
+		}
+	}
+	m := start(t, testConfig(prefix, "w1", pool), clients...)
+	m.SetDemand(ingest.Inf)
+	poll(t, func() bool { return m.Rate(time.Now()) == 2300 }, "w1 holds the 23 partitions a quorum granted")
+	require.NotContains(t, m.Held(), 0, "partition 0 has no quorum")
+	require.Positive(t, m.Events().Failed, "the lock short of a quorum counts as failed")
+	poll(t, func() bool { return clients[0].Exists(t.Context(), k.partition(0)).Val() == 0 }, "the lock master 1 granted of partition 0 is deleted")
+	for _, c := range clients[1:] {
+		require.Equal(t, "w2/peer", c.Get(t.Context(), k.partition(0)).Val(), "the peer's lease stays")
 	}
 }
