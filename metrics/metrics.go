@@ -13,7 +13,7 @@
 //	sluice_demand_units_per_second               gauge    the demand the worker announces to its pool, capped at the pool's effective rate (units/s)
 //	sluice_leases_held                           gauge    partitions the worker holds
 //	sluice_reserved_partitions_missing           gauge    reserved partitions the worker could not take yet
-//	sluice_lease_events_total{event}             counter  acquired, renewed, lost, released, failed (acquire attempts that missed)
+//	sluice_lease_events_total{event}             counter  acquired, renewed, lost, released, failed (lock calls that failed, locks that did not become leases)
 //	sluice_slices_total                          counter  slices opened by the pacer
 //	sluice_slice_budget_units_total              counter  units granted by the pacer's slices
 //	sluice_slice_used_units_total                counter  units sent (retries and charge corrections included)
